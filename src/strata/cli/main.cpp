@@ -1,0 +1,121 @@
+// strata: train | launch | version. See README "Command line".
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "strata/core/config.h"
+#include "strata/core/env.h"
+#include "strata/core/errors.h"
+#include "strata/dist/comm.h"
+#include "strata/dist/launcher.h"
+#include "strata/dist/rendezvous.h"
+#include "strata/train/trainer.h"
+
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "strata" : p.string();
+}
+
+int run_train(const std::string& config_path, int64_t nproc, const std::vector<std::string>& extras,
+              const std::vector<std::string>& raw_args) {
+  using namespace strata;
+  if (nproc > 1 && !get_env("STRATA_LAUNCHED")) {
+    // `strata train --nproc N ...` is `strata launch --nproc-per-node N -- strata train ...`.
+    LaunchOptions lo;
+    lo.nproc_per_node = nproc;
+    lo.master_port = get_env("MASTER_PORT").value_or("auto");
+    lo.command = {self_exe(), "train"};
+    for (size_t i = 0; i < raw_args.size(); ++i) {
+      if (raw_args[i] == "--nproc") {
+        ++i;
+        continue;
+      }
+      if (raw_args[i].rfind("--nproc=", 0) == 0) continue;
+      lo.command.push_back(raw_args[i]);
+    }
+    return launch(lo);
+  }
+  Config cfg;
+  if (!config_path.empty()) {
+    STRATA_CHECK(std::filesystem::exists(config_path), "config file ", config_path,
+                 " does not exist; give a TOML file with --config");
+    load_config_file(cfg, config_path);
+  }
+  for (const auto& e : extras) {
+    STRATA_CHECK(e.rfind("--", 0) == 0 && e.find('.') != std::string::npos, "unknown argument '", e,
+                 "'; config overrides look like --section.key=value (see strata train --help)");
+    apply_override(cfg, e.substr(2));
+  }
+  WorldInfo info = world_from_env();
+  Trainer trainer(cfg, info);
+  TrainSummary s = trainer.run();
+  if (info.rank == 0 && !s.losses.empty()) {
+    std::printf("loss %.4f (step %lld) -> %.4f (step %lld)\n", s.losses.front(),
+                static_cast<long long>(s.first_step + 1), s.losses.back(),
+                static_cast<long long>(s.first_step + static_cast<int64_t>(s.losses.size())));
+    if (s.eval_loss) std::printf("eval loss %.4f\n", *s.eval_loss);
+    std::printf("metrics: %s\n", s.metrics_path.c_str());
+    if (!s.checkpoint_dir.empty()) std::printf("checkpoint: %s\n", s.checkpoint_dir.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Strata: memory-optimized distributed training on libtorch"};
+  app.require_subcommand(1);
+
+  auto* train = app.add_subcommand("train", "train a model (config overrides: --section.key=value)");
+  std::string config_path;
+  int64_t nproc = 1;
+  train->add_option("-c,--config", config_path, "TOML config file");
+  train->add_option("--nproc", nproc, "local processes (shorthand for strata launch)")->check(CLI::PositiveNumber);
+  train->allow_extras();
+
+  auto* launch_cmd = app.add_subcommand("launch", "start ranks with torchrun's environment: launch [opts] -- CMD...");
+  strata::LaunchOptions lo;
+  launch_cmd->add_option("--nproc-per-node", lo.nproc_per_node, "ranks on this node")->required();
+  launch_cmd->add_option("--nnodes", lo.nnodes, "nodes");
+  launch_cmd->add_option("--node-rank", lo.node_rank, "this node's index");
+  launch_cmd->add_option("--master-addr", lo.master_addr, "rendezvous host (rank 0's node)");
+  launch_cmd->add_option("--master-port", lo.master_port, "rendezvous port, or auto");
+  launch_cmd->add_option("cmd", lo.command, "command to run for each rank (after --)");
+
+  app.add_subcommand("version", "print the version")->callback([] { std::printf("strata 0.1.0\n"); });
+
+  std::vector<std::string> raw_args(argv + 1, argv + argc);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (train->parsed()) {
+      std::vector<std::string> targs(raw_args.begin() + 1, raw_args.end());
+      return run_train(config_path, nproc, train->remaining(), targs);
+    }
+    if (launch_cmd->parsed()) return strata::launch(lo);
+    return 0;
+  } catch (const strata::CommError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 3;
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    std::fprintf(stderr, "error: %s\n", msg.substr(0, msg.find('\n')).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

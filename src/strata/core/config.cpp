@@ -1,0 +1,309 @@
+#include "strata/core/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "strata/core/errors.h"
+
+namespace strata {
+
+std::vector<Field> config_fields(Config& c) {
+  auto& m = c.model;
+  auto& d = c.data;
+  auto& t = c.training;
+  auto& p = c.parallel;
+  auto& me = c.memory;
+  auto& ck = c.checkpoint;
+  auto& l = c.logging;
+  return {
+      {"model", "flavour", &m.flavour},
+      {"model", "vocab_size", &m.vocab_size},
+      {"model", "seq_len", &m.seq_len},
+      {"model", "n_layer", &m.n_layer},
+      {"model", "n_head", &m.n_head},
+      {"model", "d_model", &m.d_model},
+      {"model", "dropout", &m.dropout},
+      {"model", "tied_embedding", &m.tied_embedding},
+      {"model", "num_classes", &m.num_classes},
+      {"model", "hidden", &m.hidden},
+      {"data", "source", &d.source},
+      {"data", "path", &d.path},
+      {"data", "tokenizer_vocab", &d.tokenizer_vocab},
+      {"data", "eval_fraction", &d.eval_fraction},
+      {"data", "cache_dir", &d.cache_dir},
+      {"training", "steps", &t.steps},
+      {"training", "batch_size", &t.batch_size},
+      {"training", "micro_batch_size", &t.micro_batch_size},
+      {"training", "lr", &t.lr},
+      {"training", "min_lr", &t.min_lr},
+      {"training", "warmup_steps", &t.warmup_steps},
+      {"training", "weight_decay", &t.weight_decay},
+      {"training", "beta1", &t.beta1},
+      {"training", "beta2", &t.beta2},
+      {"training", "eps", &t.eps},
+      {"training", "grad_clip", &t.grad_clip},
+      {"training", "seed", &t.seed},
+      {"training", "eval_interval", &t.eval_interval},
+      {"training", "eval_batches", &t.eval_batches},
+      {"training", "device", &t.device},
+      {"training", "threads", &t.threads},
+      {"training", "deterministic", &t.deterministic},
+      {"parallel", "dp", &p.dp},
+      {"parallel", "tp", &p.tp},
+      {"parallel", "pp", &p.pp},
+      {"parallel", "timeout_s", &p.timeout_s},
+      {"memory", "track", &me.track},
+      {"checkpoint", "dir", &ck.dir},
+      {"checkpoint", "interval", &ck.interval},
+      {"checkpoint", "resume", &ck.resume},
+      {"checkpoint", "keep", &ck.keep},
+      {"checkpoint", "save_final", &ck.save_final},
+      {"logging", "run_dir", &l.run_dir},
+      {"logging", "log_interval", &l.log_interval},
+      {"logging", "progress", &l.progress},
+      {"logging", "peak_tflops", &l.peak_tflops},
+  };
+}
+
+std::string closest_name(const std::string& name, const std::vector<std::string>& candidates) {
+  auto dist = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(3, name.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    size_t d = dist(name, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+std::string type_name(const FieldPtr& p) {
+  return std::visit(
+      [](auto* v) -> std::string {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) return "a string";
+        if constexpr (std::is_same_v<T, int64_t>) return "an integer";
+        if constexpr (std::is_same_v<T, double>) return "a number";
+        return "true or false";
+      },
+      p);
+}
+
+Field* find_field(std::vector<Field>& fields, const std::string& section, const std::string& key) {
+  bool section_known = false;
+  std::vector<std::string> keys, sections;
+  for (auto& f : fields) {
+    if (f.section == section) {
+      section_known = true;
+      if (f.key == key) return &f;
+      keys.push_back(f.key);
+    }
+    if (sections.empty() || sections.back() != f.section) sections.push_back(f.section);
+  }
+  if (!section_known) {
+    std::string hint = closest_name(section, sections);
+    std::string all;
+    for (auto& s : sections) all += (all.empty() ? "" : ", ") + s;
+    STRATA_FAIL("unknown config section [", section, "]",
+                hint.empty() ? "" : "; did you mean [" + hint + "]?", " (sections: ", all, ")");
+  }
+  std::string hint = closest_name(key, keys);
+  STRATA_FAIL("unknown config key ", section, ".", key,
+              hint.empty() ? "" : "; did you mean " + section + "." + hint + "?",
+              " (see README, Config reference)");
+}
+
+void set_from_string(const Field& f, const std::string& value) {
+  std::string name = f.section + "." + f.key;
+  std::visit(
+      [&](auto* v) {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *v = value;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (value == "true" || value == "1" || value == "on") {
+            *v = true;
+          } else if (value == "false" || value == "0" || value == "off") {
+            *v = false;
+          } else {
+            STRATA_FAIL(name, "='", value, "' is not a boolean; use true or false");
+          }
+        } else {
+          size_t pos = 0;
+          bool ok = !value.empty();
+          try {
+            if constexpr (std::is_same_v<T, int64_t>) {
+              *v = std::stoll(value, &pos);
+            } else {
+              *v = std::stod(value, &pos);
+            }
+          } catch (const std::exception&) {
+            ok = false;
+          }
+          STRATA_CHECK(ok && pos == value.size(), name, "='", value, "' is not ", type_name(f.ptr),
+                       "; give ", type_name(f.ptr));
+        }
+      },
+      f.ptr);
+}
+
+void set_from_toml(const Field& f, const toml::node& node) {
+  std::string name = f.section + "." + f.key;
+  std::visit(
+      [&](auto* v) {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          auto s = node.value<std::string>();
+          STRATA_CHECK(s && node.is_string(), name, " must be a string, e.g. ", f.key, " = \"...\"");
+          *v = *s;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          STRATA_CHECK(node.is_boolean(), name, " must be true or false");
+          *v = *node.value<bool>();
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          STRATA_CHECK(node.is_integer(), name, " must be an integer (no quotes, no decimal point)");
+          *v = *node.value<int64_t>();
+        } else {
+          STRATA_CHECK(node.is_number(), name, " must be a number");
+          *v = *node.value<double>();
+        }
+      },
+      f.ptr);
+}
+
+std::string value_string(const FieldPtr& p, bool quote) {
+  return std::visit(
+      [&](auto* v) -> std::string {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) return quote ? "\"" + *v + "\"" : *v;
+        if constexpr (std::is_same_v<T, bool>) return *v ? "true" : "false";
+        if constexpr (std::is_same_v<T, int64_t>) return std::to_string(*v);
+        std::ostringstream os;
+        os << *v;
+        std::string s = os.str();
+        if (quote && s.find_first_of(".eEn") == std::string::npos) s += ".0";
+        return s;
+      },
+      p);
+}
+
+}  // namespace
+
+void load_config_file(Config& c, const std::string& path) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    STRATA_FAIL("cannot parse config ", path, " at line ", src.begin.line, ": ", e.description(),
+                "; fix the TOML syntax there");
+  }
+  auto fields = config_fields(c);
+  for (auto&& [section, node] : tbl) {
+    std::string sec(section.str());
+    auto* t = node.as_table();
+    STRATA_CHECK(t, "config ", path, ": '", sec, "' must be a [section], not a top-level key");
+    for (auto&& [key, value] : *t) {
+      Field* f = find_field(fields, sec, std::string(key.str()));
+      set_from_toml(*f, value);
+    }
+  }
+}
+
+void apply_override(Config& c, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  auto dot = assignment.find('.');
+  STRATA_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq,
+               "override '--", assignment, "' must look like --section.key=value");
+  auto fields = config_fields(c);
+  Field* f = find_field(fields, assignment.substr(0, dot), assignment.substr(dot + 1, eq - dot - 1));
+  set_from_string(*f, assignment.substr(eq + 1));
+}
+
+namespace {
+void check_one_of(const std::string& name, const std::string& v, const std::vector<std::string>& ok) {
+  if (std::find(ok.begin(), ok.end(), v) != ok.end()) return;
+  std::string all;
+  for (auto& o : ok) all += (all.empty() ? "" : ", ") + o;
+  std::string hint = closest_name(v, ok);
+  STRATA_FAIL(name, "='", v, "' is not known", hint.empty() ? "" : "; did you mean '" + hint + "'?",
+              " (choose from ", all, ")");
+}
+}  // namespace
+
+void validate_config(const Config& c) {
+  const auto& t = c.training;
+  check_one_of("data.source", c.data.source, {"kjv", "text", "fashion-mnist", "synthetic"});
+  check_one_of("training.device", t.device, {"cpu", "cuda"});
+  check_one_of("logging.progress", c.logging.progress, {"auto", "on", "off"});
+  STRATA_CHECK(t.steps > 0, "training.steps=", t.steps, " must be positive");
+  STRATA_CHECK(t.batch_size > 0, "training.batch_size=", t.batch_size, " must be positive");
+  STRATA_CHECK(t.micro_batch_size >= 0, "training.micro_batch_size=", t.micro_batch_size,
+               " must be >= 0 (0 means batch_size / dp)");
+  STRATA_CHECK(t.lr > 0 && t.min_lr >= 0 && t.min_lr <= t.lr, "training.lr=", t.lr,
+               " and training.min_lr=", t.min_lr, " must satisfy 0 <= min_lr <= lr, lr > 0");
+  STRATA_CHECK(t.warmup_steps >= 0, "training.warmup_steps must be >= 0");
+  STRATA_CHECK(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
+               "training.beta1 and beta2 must be in [0, 1)");
+  STRATA_CHECK(t.grad_clip >= 0, "training.grad_clip must be >= 0 (0 turns clipping off)");
+  STRATA_CHECK(t.threads >= 0, "training.threads must be >= 0 (0 picks cores / local ranks)");
+  STRATA_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, "model.dropout=", c.model.dropout,
+               " must be in [0, 1)");
+  STRATA_CHECK(c.data.eval_fraction >= 0 && c.data.eval_fraction < 0.5, "data.eval_fraction=",
+               c.data.eval_fraction, " must be in [0, 0.5)");
+  STRATA_CHECK(c.data.tokenizer_vocab >= 64, "data.tokenizer_vocab=", c.data.tokenizer_vocab,
+               " is too small; use at least 64");
+  STRATA_CHECK(c.data.source != "text" || !c.data.path.empty(),
+               "data.source=text needs data.path=<a UTF-8 text file>");
+  STRATA_CHECK(c.parallel.dp >= 0 && c.parallel.tp >= 1 && c.parallel.pp >= 1,
+               "parallel.dp must be >= 0 (0: all remaining ranks), tp and pp >= 1");
+  STRATA_CHECK(c.parallel.timeout_s > 0, "parallel.timeout_s must be positive");
+  STRATA_CHECK(c.checkpoint.interval >= 0 && c.checkpoint.keep >= 1,
+               "checkpoint.interval must be >= 0 and checkpoint.keep >= 1");
+  STRATA_CHECK(c.logging.log_interval > 0, "logging.log_interval must be positive");
+}
+
+std::string config_table(Config& c) {
+  std::ostringstream os;
+  size_t width = 0;
+  auto fields = config_fields(c);
+  for (auto& f : fields) width = std::max(width, f.section.size() + f.key.size() + 1);
+  for (auto& f : fields) {
+    std::string name = f.section + "." + f.key;
+    os << "  " << name << std::string(width - name.size() + 1, ' ') << value_string(f.ptr, false)
+       << "\n";
+  }
+  return os.str();
+}
+
+std::string config_toml(Config& c) {
+  std::ostringstream os;
+  std::string section;
+  for (auto& f : config_fields(c)) {
+    if (f.section != section) {
+      os << (section.empty() ? "" : "\n") << "[" << f.section << "]\n";
+      section = f.section;
+    }
+    os << f.key << " = " << value_string(f.ptr, true) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace strata

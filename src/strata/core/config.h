@@ -1,0 +1,109 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace strata {
+
+// Each struct mirrors one TOML section; see README "Config reference" for every key.
+struct ModelConfig {
+  std::string flavour = "debug";  // debug, gpt2-124m, gpt2-350m, gpt2-1.5b, bert-base, resnet-18, resnet-50, mlp
+  int64_t vocab_size = 0;         // 0: from the tokenizer (text) or the flavour
+  int64_t seq_len = 0;            // 0: the flavour's context length
+  int64_t n_layer = 0;            // 0: the flavour's value
+  int64_t n_head = 0;
+  int64_t d_model = 0;
+  double dropout = 0.0;
+  bool tied_embedding = true;
+  int64_t num_classes = 0;  // image models; 0: from the data source
+  int64_t hidden = 0;       // mlp hidden width; 0: flavour value
+};
+
+struct DataConfig {
+  std::string source = "kjv";  // kjv, text, fashion-mnist, synthetic
+  std::string path;            // text: a UTF-8 file; fashion-mnist: folder of IDX files
+  int64_t tokenizer_vocab = 8192;
+  double eval_fraction = 0.05;
+  std::string cache_dir;  // "" : $STRATA_CACHE or ~/.cache/strata
+};
+
+struct TrainingConfig {
+  int64_t steps = 200;
+  int64_t batch_size = 16;       // global batch, in samples, per optimizer step
+  int64_t micro_batch_size = 0;  // per rank; 0: batch_size / dp (no accumulation)
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 20;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0: off
+  int64_t seed = 1337;
+  int64_t eval_interval = 50;  // 0: off
+  int64_t eval_batches = 4;
+  std::string device = "cpu";  // cpu, cuda
+  int64_t threads = 0;         // intra-op threads per rank; 0: cores / local ranks
+  bool deterministic = true;
+};
+
+struct ParallelConfig {
+  int64_t dp = 0;  // 0: world / (tp * pp)
+  int64_t tp = 1;
+  int64_t pp = 1;
+  double timeout_s = 60;  // every collective and the rendezvous
+};
+
+struct MemoryConfig {
+  bool track = true;  // tracking allocator with per-category counters
+};
+
+struct CheckpointConfig {
+  std::string dir;         // "": <run_dir>/checkpoints
+  int64_t interval = 0;    // steps between saves; 0: only at the end
+  std::string resume;      // "": fresh start; "latest": newest in dir; or a checkpoint path
+  int64_t keep = 2;        // newest checkpoints kept
+  bool save_final = true;  // save after the last step
+};
+
+struct LoggingConfig {
+  std::string run_dir = "runs/default";
+  int64_t log_interval = 10;  // steps between printed lines when not on a terminal
+  std::string progress = "auto";  // auto, on, off: the live one-line display
+  double peak_tflops = 0;    // for MFU; 0: estimated from the CPU
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  ParallelConfig parallel;
+  MemoryConfig memory;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+};
+
+using FieldPtr = std::variant<std::string*, int64_t*, double*, bool*>;
+struct Field {
+  std::string section;
+  std::string key;
+  FieldPtr ptr;
+};
+// Every key of the config, in table order; parsing, overrides and printing all use it.
+std::vector<Field> config_fields(Config& c);
+
+// Reads a TOML file into the config; unknown sections or keys are errors.
+void load_config_file(Config& c, const std::string& path);
+// Applies one "section.key=value" override (the leading "--" already removed).
+void apply_override(Config& c, const std::string& assignment);
+// Checks values that make sense on their own (ranges, names); layout checks need the world size.
+void validate_config(const Config& c);
+// "section.key = value" lines for the start-up table, and the config as TOML text.
+std::string config_table(Config& c);
+std::string config_toml(Config& c);
+
+// Closest name (by edit distance) in candidates, for "did you mean" hints; "" if none is close.
+std::string closest_name(const std::string& name, const std::vector<std::string>& candidates);
+
+}  // namespace strata

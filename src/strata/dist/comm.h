@@ -1,0 +1,88 @@
+#pragma once
+#include <ATen/Tensor.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace strata {
+
+// Per-process totals of communication, summed by the trainer per step.
+struct CommTotals {
+  double ms = 0;
+  int64_t bytes = 0;
+  int64_t count = 0;
+};
+// Thread-safe accumulator; take() returns the totals since the last take().
+class CommStats {
+ public:
+  static CommStats& get();
+  void add(double ms, int64_t bytes);
+  CommTotals take();
+
+ private:
+  std::mutex mu_;
+  CommTotals totals_;
+};
+
+// A pending collective. wait() enforces the timeout, converts a c10d failure into a
+// strata::CommError naming the op, axis and rank, and records the trace.
+class CommWork {
+ public:
+  CommWork() = default;  // already complete (a group of one)
+  CommWork(c10::intrusive_ptr<c10d::Work> work, std::string op, std::string axis, int64_t rank,
+           int64_t bytes, std::chrono::milliseconds timeout);
+  void wait();
+  bool done() const { return !work_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string op_, axis_;
+  int64_t rank_ = 0, bytes_ = 0;
+  std::chrono::milliseconds timeout_{0};
+  std::chrono::steady_clock::time_point start_;
+};
+
+// A collective failed or timed out: usually another rank died.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The collectives Strata uses, over one process group (one axis of the mesh).
+// Every op is asynchronous with a wait handle; the blocking helpers wait at once.
+// STRATA_COMM_DEBUG=INFO logs op, axis, bytes and milliseconds of each.
+class Comm {
+ public:
+  Comm() = default;  // a group of one: every op is a no-op
+  Comm(c10::intrusive_ptr<c10d::Backend> pg, std::string axis, int64_t rank, int64_t size,
+       std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);
+
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+  const std::string& axis() const { return axis_; }
+  // Global rank of group member i.
+  int64_t global_rank(int64_t i) const { return global_ranks_.empty() ? 0 : global_ranks_.at(i); }
+
+  CommWork all_reduce(at::Tensor& t, c10d::ReduceOp op = c10d::ReduceOp::SUM);
+  // out has numel(in) / size elements; in is the concatenation of size chunks.
+  CommWork reduce_scatter(at::Tensor& out, at::Tensor& in, c10d::ReduceOp op = c10d::ReduceOp::SUM);
+  // out has size * numel(in) elements, rank i's input at chunk i.
+  CommWork all_gather(at::Tensor& out, at::Tensor& in);
+  CommWork broadcast(at::Tensor& t, int64_t root);
+  CommWork send(at::Tensor& t, int64_t dst, int tag = 0);
+  CommWork recv(at::Tensor& t, int64_t src, int tag = 0);
+  void barrier();
+
+ private:
+  CommWork wrap(c10::intrusive_ptr<c10d::Work> w, const char* op, int64_t bytes);
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  std::string axis_ = "self";
+  int64_t rank_ = 0, size_ = 1;
+  std::vector<int64_t> global_ranks_;
+  std::chrono::milliseconds timeout_{60000};
+};
+
+}  // namespace strata

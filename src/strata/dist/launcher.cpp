@@ -1,0 +1,235 @@
+#include "strata/dist/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "strata/core/errors.h"
+#include "strata/dist/rendezvous.h"
+
+namespace strata {
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  unsigned char s = static_cast<unsigned char>(sig);
+  [[maybe_unused]] auto n = write(g_signal_pipe[1], &s, 1);
+}
+
+struct Child {
+  int64_t local_rank = 0;
+  int64_t rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;  // stdout and stderr share one pipe, prefixed line by line
+  std::string partial;
+  bool exited = false;
+  int status = 0;
+};
+
+void write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return;
+    }
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Prefixes complete lines; a carriage-return progress line is passed through as a line.
+void emit(Child& c, const char* data, size_t n, bool flush) {
+  c.partial.append(data, n);
+  std::string out;
+  size_t start = 0;
+  for (size_t i = 0; i < c.partial.size(); ++i) {
+    if (c.partial[i] == '\n') {
+      out += "[rank " + std::to_string(c.rank) + "] " + c.partial.substr(start, i - start + 1);
+      start = i + 1;
+    }
+  }
+  c.partial.erase(0, start);
+  if (flush && !c.partial.empty()) {
+    out += "[rank " + std::to_string(c.rank) + "] " + c.partial + "\n";
+    c.partial.clear();
+  }
+  if (!out.empty()) write_all(STDOUT_FILENO, out);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
+  return "ended with raw status " + std::to_string(status);
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+int launch(const LaunchOptions& o) {
+  STRATA_CHECK(!o.command.empty(), "strata launch needs a command after --, e.g. "
+                                   "strata launch --nproc-per-node 2 -- strata train");
+  STRATA_CHECK(o.nproc_per_node >= 1, "--nproc-per-node=", o.nproc_per_node, " must be at least 1");
+  STRATA_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank=",
+               o.node_rank, " must be in [0, --nnodes=", o.nnodes, ")");
+  int64_t port = 0;
+  if (o.master_port == "auto" || o.master_port == "0") {
+    STRATA_CHECK(o.nnodes == 1, "--master-port auto works on one node only; with --nnodes=",
+                 o.nnodes, " give every node the same --master-port P");
+    port = probe_port(o.master_addr, 0);
+  } else {
+    try {
+      size_t pos = 0;
+      port = std::stoll(o.master_port, &pos);
+      if (pos != o.master_port.size()) port = -1;
+    } catch (const std::exception&) {
+      port = -1;
+    }
+    STRATA_CHECK(port > 0 && port < 65536, "--master-port=", o.master_port,
+                 " is not a TCP port; give 1..65535 or auto");
+    // Node 0 serves the store: say now, in one line, if the port is taken.
+    if (o.node_rank == 0) probe_port(o.master_addr, port);
+  }
+
+  STRATA_CHECK(pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "pipe: ", std::strerror(errno));
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const int64_t world = o.nproc_per_node * o.nnodes;
+  std::vector<Child> children(static_cast<size_t>(o.nproc_per_node));
+  for (int64_t i = 0; i < o.nproc_per_node; ++i) {
+    Child& c = children[static_cast<size_t>(i)];
+    c.local_rank = i;
+    c.rank = o.node_rank * o.nproc_per_node + i;
+    int fds[2];
+    STRATA_CHECK(pipe2(fds, O_CLOEXEC) == 0, "pipe: ", std::strerror(errno));
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    STRATA_CHECK(pid >= 0, "fork failed: ", std::strerror(errno));
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(137);
+      setpgid(0, 0);  // its own group, so stopping it stops its children too
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_DFL);
+      setenv("RANK", std::to_string(c.rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(i).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node).c_str(), 1);
+      setenv("GROUP_RANK", std::to_string(o.node_rank).c_str(), 1);
+      setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("STRATA_LAUNCHED", "1", 1);
+      std::vector<char*> argv;
+      for (auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "error: cannot run '%s': %s; check the command after --\n", argv[0],
+                   std::strerror(errno));
+      _exit(127);
+    }
+    close(fds[1]);
+    c.pid = pid;
+    c.out_fd = fds[0];
+  }
+
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> kill_at;
+  int first_bad = -1;  // index of the first failing rank
+  int forwarded_signal = 0;
+  auto stop_others = [&](int sig) {
+    for (auto& c : children)
+      if (!c.exited) kill(-c.pid, sig), kill(c.pid, sig);
+    if (!kill_at) kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.stop_grace_s * 1000));
+  };
+
+  size_t running = children.size();
+  while (running > 0 || std::any_of(children.begin(), children.end(), [](auto& c) { return c.out_fd >= 0; })) {
+    std::vector<pollfd> pfds;
+    pfds.push_back({g_signal_pipe[0], POLLIN, 0});
+    for (auto& c : children)
+      if (c.out_fd >= 0) pfds.push_back({c.out_fd, POLLIN, 0});
+    poll(pfds.data(), pfds.size(), 100);
+    if (pfds[0].revents & POLLIN) {
+      unsigned char s;
+      while (read(g_signal_pipe[0], &s, 1) == 1) forwarded_signal = s;
+      if (forwarded_signal) stop_others(forwarded_signal);
+    }
+    for (size_t p = 1; p < pfds.size(); ++p) {
+      if (!(pfds[p].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      for (auto& c : children) {
+        if (c.out_fd != pfds[p].fd) continue;
+        char buf[65536];
+        ssize_t n = read(c.out_fd, buf, sizeof(buf));
+        if (n > 0) {
+          emit(c, buf, static_cast<size_t>(n), false);
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          emit(c, "", 0, true);
+          close(c.out_fd);
+          c.out_fd = -1;
+        }
+      }
+    }
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
+      if (c.exited) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.status = status;
+        --running;
+        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && first_bad < 0 && !forwarded_signal) {
+          first_bad = static_cast<int>(i);
+          if (running > 0) stop_others(SIGTERM);
+        }
+      }
+    }
+    if (kill_at && Clock::now() > *kill_at) {
+      for (auto& c : children)
+        if (!c.exited) kill(-c.pid, SIGKILL), kill(c.pid, SIGKILL);
+      // Output pipes may be held by grandchildren that survived: stop reading soon after.
+      if (running == 0) {
+        for (auto& c : children)
+          if (c.out_fd >= 0) emit(c, "", 0, true), close(c.out_fd), c.out_fd = -1;
+      }
+    }
+  }
+
+  if (forwarded_signal) {
+    std::fprintf(stderr, "strata launch: received %s; stopped all %lld ranks\n",
+                 signal_name(forwarded_signal).c_str(), static_cast<long long>(children.size()));
+    return 128 + forwarded_signal;
+  }
+  if (first_bad >= 0) {
+    const Child& c = children[static_cast<size_t>(first_bad)];
+    std::fprintf(stderr, "strata launch: rank %lld (pid %d) %s; stopped the other ranks\n",
+                 static_cast<long long>(c.rank), c.pid, describe(c.status).c_str());
+    return exit_code(c.status) == 0 ? 1 : exit_code(c.status);
+  }
+  return 0;
+}
+
+}  // namespace strata

@@ -1,0 +1,28 @@
+#pragma once
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct LaunchOptions {
+  int64_t nproc_per_node = 1;
+  int64_t nnodes = 1;
+  int64_t node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::string master_port = "29500";  // a number, or "auto" / "0" for a free port
+  double stop_grace_s = 3.0;          // SIGTERM to SIGKILL when stopping the others
+  std::vector<std::string> command;   // program and arguments
+};
+
+// Starts nproc_per_node local ranks of `command` with torchrun's environment and
+// supervises them: output lines are prefixed "[rank N] ", SIGINT/SIGTERM/SIGHUP are
+// forwarded, and when one rank fails the others are stopped (SIGTERM, then SIGKILL
+// after stop_grace_s) so the whole job ends within seconds instead of hanging.
+// Ranks die with the launcher (PR_SET_PDEATHSIG). Returns the exit status for the
+// launcher: 0 when every rank exited 0.
+int launch(const LaunchOptions& opts);
+
+// The signal's name ("SIGKILL") for status messages.
+std::string signal_name(int sig);
+
+}  // namespace strata

@@ -1,0 +1,71 @@
+#include "strata/models/flavours.h"
+
+#include "strata/core/errors.h"
+
+namespace strata {
+
+namespace {
+struct Flavour {
+  const char* name;
+  Family family;
+  int64_t n_layer, n_head, d_model, seq_len, vocab;
+};
+// GPT-2 sizes from Radford et al. 2019; BERT-base from Devlin et al. 2019.
+constexpr Flavour kTransformers[] = {
+    {"debug", Family::kGpt, 4, 4, 96, 128, 8192},
+    {"gpt2-124m", Family::kGpt, 12, 12, 768, 1024, 50257},
+    {"gpt2-350m", Family::kGpt, 24, 16, 1024, 1024, 50257},
+    {"gpt2-1.5b", Family::kGpt, 48, 25, 1600, 1024, 50257},
+    {"bert-debug", Family::kBert, 2, 4, 96, 128, 8192},
+    {"bert-base", Family::kBert, 12, 12, 768, 512, 30522},
+};
+}  // namespace
+
+std::vector<std::string> flavour_names() {
+  std::vector<std::string> out;
+  for (const auto& f : kTransformers) out.push_back(f.name);
+  out.insert(out.end(), {"resnet-18", "resnet-50", "mlp"});
+  return out;
+}
+
+bool is_language_model(Family f) { return f == Family::kGpt || f == Family::kBert; }
+
+ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data) {
+  ModelSpec s;
+  s.flavour = cfg.flavour;
+  auto pick = [](int64_t over, int64_t def) { return over > 0 ? over : def; };
+  for (const auto& f : kTransformers) {
+    if (cfg.flavour != f.name) continue;
+    s.family = f.family;
+    s.n_layer = pick(cfg.n_layer, f.n_layer);
+    s.n_head = pick(cfg.n_head, f.n_head);
+    s.d_model = pick(cfg.d_model, f.d_model);
+    s.seq_len = pick(cfg.seq_len, f.seq_len);
+    s.vocab_size = pick(cfg.vocab_size, pick(data.vocab_size, f.vocab));
+    s.type_vocab = f.family == Family::kBert ? 2 : 0;
+    s.dropout = cfg.dropout;
+    s.tied_embedding = cfg.tied_embedding;
+    STRATA_CHECK(s.d_model % s.n_head == 0, "model.d_model=", s.d_model, " is not divisible by n_head=",
+                 s.n_head, "; choose d_model as a multiple of n_head");
+    return s;
+  }
+  if (cfg.flavour == "resnet-18" || cfg.flavour == "resnet-50" || cfg.flavour == "mlp") {
+    s.family = cfg.flavour == "mlp" ? Family::kMlp : Family::kResNet;
+    s.bottleneck = cfg.flavour == "resnet-50";
+    s.resnet_layers = s.bottleneck ? std::vector<int64_t>{3, 4, 6, 3} : std::vector<int64_t>{2, 2, 2, 2};
+    int64_t def_image = s.family == Family::kMlp ? 28 : 224;
+    s.image_size = pick(data.image_size, def_image);
+    s.in_channels = pick(data.in_channels, s.family == Family::kMlp ? 1 : 3);
+    s.num_classes = pick(cfg.num_classes, pick(data.num_classes, 1000));
+    s.n_layer = pick(cfg.n_layer, 2);  // mlp hidden layers
+    s.hidden = pick(cfg.hidden, 256);
+    return s;
+  }
+  auto names = flavour_names();
+  std::string all, hint = closest_name(cfg.flavour, names);
+  for (auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  STRATA_FAIL("unknown model flavour '", cfg.flavour, "'",
+              hint.empty() ? "" : "; did you mean '" + hint + "'?", " (choose from ", all, ")");
+}
+
+}  // namespace strata

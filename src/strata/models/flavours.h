@@ -1,0 +1,39 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/core/config.h"
+
+namespace strata {
+
+enum class Family { kGpt, kBert, kResNet, kMlp };
+
+// A model's resolved shape: the flavour's defaults with [model] overrides applied.
+struct ModelSpec {
+  std::string flavour;
+  Family family = Family::kGpt;
+  // transformers
+  int64_t n_layer = 0, n_head = 0, d_model = 0, seq_len = 0, vocab_size = 0, type_vocab = 0;
+  double dropout = 0;
+  bool tied_embedding = true;
+  // images
+  std::vector<int64_t> resnet_layers;  // blocks per stage
+  bool bottleneck = false;
+  int64_t image_size = 0, in_channels = 0, num_classes = 0, hidden = 0;
+};
+
+// What the data source says about shapes: 0 fields mean "no opinion".
+struct DataShape {
+  int64_t vocab_size = 0;  // a trained tokenizer's vocabulary
+  int64_t image_size = 0;
+  int64_t in_channels = 0;
+  int64_t num_classes = 0;
+};
+
+std::vector<std::string> flavour_names();
+// Pure: flavour table + overrides + data shape. Unknown flavours are a one-line error.
+ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data);
+bool is_language_model(Family f);
+
+}  // namespace strata

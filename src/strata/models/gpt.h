@@ -1,0 +1,58 @@
+#pragma once
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "strata/models/flavours.h"
+#include "strata/models/model.h"
+
+namespace strata {
+
+// GPT-2 decoder: token + learned position embeddings, pre-LN causal blocks, final
+// LayerNorm, LM head (tied to the token embedding unless tied_embedding=false).
+class Gpt : public Model {
+ public:
+  explicit Gpt(const ModelSpec& spec);
+  at::Tensor embed(const Batch& b) override;
+  at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;
+  at::Tensor logits(const at::Tensor& x);
+  double flops_per_sample() const override;
+  int64_t tokens_per_sample() const override { return spec_.seq_len; }
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // only when untied
+
+ private:
+  ModelSpec spec_;
+};
+
+// BERT encoder for masked-LM pre-training: token + position + token-type
+// embeddings, LayerNorm, post-LN bidirectional blocks, MLM head (dense, GELU,
+// LayerNorm, decoder tied to the word embedding with its own bias), and the
+// pooler so the parameter count matches the published model.
+class Bert : public Model {
+ public:
+  explicit Bert(const ModelSpec& spec);
+  at::Tensor embed(const Batch& b) override;
+  at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;
+  double flops_per_sample() const override;
+  int64_t tokens_per_sample() const override { return spec_.seq_len; }
+
+  torch::nn::Embedding word{nullptr}, pos{nullptr}, type{nullptr};
+  torch::nn::LayerNorm ln_emb{nullptr}, mlm_ln{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  torch::nn::Linear mlm_dense{nullptr}, pooler{nullptr};
+  at::Tensor mlm_bias;
+
+ private:
+  ModelSpec spec_;
+};
+
+// Training FLOPs per token of a transformer stack (PaLM appendix B): 6 N + 12 L d T,
+// N the non-embedding parameters plus the LM head's d V.
+double transformer_flops_per_token(const ModelSpec& s);
+
+}  // namespace strata

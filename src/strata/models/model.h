@@ -1,0 +1,50 @@
+#pragma once
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// One micro-batch. Language models: input/target (B, T) int64 token ids (target -100 =
+// ignored); BERT adds token_type (B, T). Image models: input (B, C, H, W) float, target (B).
+struct Batch {
+  at::Tensor input;
+  at::Tensor target;
+  at::Tensor token_type;
+  int64_t num_samples() const { return input.size(0); }
+};
+
+// A unit of the model's block list: parallel wrappers (recompute, ZeRO-3 units,
+// pipeline stages) operate on these.
+class Block : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+};
+
+// Every model is an explicit list of blocks: embed -> block[0..L) -> head (+ loss).
+class Model : public torch::nn::Module {
+ public:
+  virtual at::Tensor embed(const Batch& b) = 0;  // -> activations entering block 0
+  virtual at::Tensor head_loss(const at::Tensor& x, const Batch& b) = 0;  // mean loss
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  Block& block(int64_t i) { return *blocks_.at(static_cast<size_t>(i)); }
+
+  at::Tensor forward_loss(const Batch& b) {
+    at::Tensor x = embed(b);
+    for (auto& blk : blocks_) x = blk->forward(x);
+    return head_loss(x, b);
+  }
+
+  // Training FLOPs (forward + backward) per sample, for the MFU estimate.
+  virtual double flops_per_sample() const = 0;
+  // Tokens per sample for throughput (sequence length; 1 for images).
+  virtual int64_t tokens_per_sample() const = 0;
+  int64_t num_parameters();
+
+ protected:
+  std::vector<std::shared_ptr<Block>> blocks_;
+};
+
+}  // namespace strata

@@ -1,0 +1,88 @@
+#include "strata/train/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+#include "strata/core/errors.h"
+
+namespace strata {
+
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+  STRATA_CHECK(f_, "cannot write metrics to ", path, "; choose a writable logging.run_dir");
+}
+
+MetricsLog::~MetricsLog() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  std::string line = record.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(t / 3600), static_cast<long long>(t % 3600 / 60));
+  } else if (t >= 60) {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(t));
+  }
+  return buf;
+}
+
+std::string format_bytes(int64_t b) {
+  char buf[32];
+  const double v = static_cast<double>(b);
+  if (std::abs(v) >= 1 << 30) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", v / (1 << 30));
+  } else if (std::abs(v) >= 1 << 20) {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", v / (1 << 20));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", v / 1024);
+  }
+  return buf;
+}
+
+Progress::Progress(const std::string& mode, int64_t total_steps, int64_t interval, bool enabled)
+    : live_(mode == "on" || (mode == "auto" && isatty(STDOUT_FILENO))),
+      enabled_(enabled),
+      total_(total_steps),
+      interval_(interval) {}
+
+void Progress::update(int64_t step, double loss, double tokens_per_s, double lr, double eta_s) {
+  if (!enabled_) return;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s",
+                static_cast<long long>(step), static_cast<long long>(total_), loss, lr, tokens_per_s,
+                format_duration(eta_s).c_str());
+  if (live_) {
+    std::printf("\r\033[K%s", buf);
+    dirty_ = true;
+  } else if (step % interval_ == 0 || step == total_ || step == 1) {
+    std::printf("%s\n", buf);
+  }
+  std::fflush(stdout);
+}
+
+void Progress::message(const std::string& line) {
+  if (!enabled_) return;
+  if (dirty_) std::printf("\r\033[K");
+  std::printf("%s\n", line.c_str());
+  dirty_ = false;
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (dirty_) std::printf("\n");
+  dirty_ = false;
+  std::fflush(stdout);
+}
+
+}  // namespace strata

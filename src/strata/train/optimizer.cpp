@@ -1,0 +1,60 @@
+#include "strata/train/optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace strata {
+
+AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions opts) : params_(std::move(params)), opts_(opts) {
+  for (auto& p : params_) state_.push_back({at::zeros_like(p.param), at::zeros_like(p.param), 0});
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor p = params_[i].param;
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    State& s = state_[i];
+    s.step += 1;
+    if (p.dim() >= 2 && opts_.weight_decay != 0) p.mul_(1.0 - lr * opts_.weight_decay);
+    s.exp_avg.lerp_(g, 1.0 - opts_.beta1);
+    s.exp_avg_sq.mul_(opts_.beta2).addcmul_(g, g, 1.0 - opts_.beta2);
+    const double bc1 = 1.0 - std::pow(opts_.beta1, static_cast<double>(s.step));
+    const double bc2 = 1.0 - std::pow(opts_.beta2, static_cast<double>(s.step));
+    at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opts_.eps);
+    p.addcdiv_(s.exp_avg, denom, -lr / bc1);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_)
+    if (p.param.grad().defined()) p.param.mutable_grad().zero_();
+}
+
+double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, double min_lr) {
+  if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const int64_t decay = std::max<int64_t>(1, total_steps - warmup);
+  const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay));
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double grad_norm_squared(const std::vector<NamedParam>& params) {
+  double total = 0;
+  for (const auto& p : params) {
+    const auto& g = p.param.grad();
+    if (!g.defined()) continue;
+    const double n = at::linalg_vector_norm(g, 2, {}, false, at::kDouble).item<double>();
+    total += n * n;
+  }
+  return total;
+}
+
+void scale_gradients(const std::vector<NamedParam>& params, double factor) {
+  at::NoGradGuard no_grad;
+  for (const auto& p : params)
+    if (p.param.grad().defined()) p.param.mutable_grad().mul_(factor);
+}
+
+}  // namespace strata

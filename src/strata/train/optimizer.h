@@ -1,0 +1,54 @@
+#pragma once
+#include <ATen/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct NamedParam {
+  std::string name;
+  at::Tensor param;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+// AdamW (Loshchilov & Hutter), the same arithmetic as torch.optim.AdamW (foreach=False,
+// amsgrad=False). Weight decay applies to matrices and embeddings (dim >= 2), not to
+// biases and norms. State is made at construction (the caller tags it), so memory
+// is accounted from step 0, and exposed by name for checkpoints.
+class AdamW {
+ public:
+  AdamW(std::vector<NamedParam> params, AdamWOptions opts);
+
+  // One update with learning rate lr; parameters without a gradient are skipped
+  // (their step count does not advance, as in PyTorch).
+  void step(double lr);
+  // Zeroes gradients in place: their memory stays (see Note [gradient buffers]).
+  void zero_grad();
+
+  struct State {
+    at::Tensor exp_avg, exp_avg_sq;
+    int64_t step = 0;
+  };
+  const std::vector<NamedParam>& params() const { return params_; }
+  std::vector<State>& state() { return state_; }
+
+ private:
+  std::vector<NamedParam> params_;
+  std::vector<State> state_;
+  AdamWOptions opts_;
+};
+
+// Learning rate at a step: linear warmup from lr/warmup to lr, then cosine decay to
+// min_lr at total_steps.
+double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, double min_lr);
+
+// Global L2 norm of the gradients (squares summed, reduced by the caller across
+// shards when sharded); clip_gradients scales them in place when above max_norm.
+double grad_norm_squared(const std::vector<NamedParam>& params);
+void scale_gradients(const std::vector<NamedParam>& params, double factor);
+
+}  // namespace strata

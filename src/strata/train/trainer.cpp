@@ -1,0 +1,299 @@
+#include "strata/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "strata/core/errors.h"
+#include "strata/core/logging.h"
+#include "strata/memory/tracking_allocator.h"
+#include "strata/models/build.h"
+#include "strata/train/checkpoint.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+namespace {
+// Note [CPU peak FLOPs]: one AVX2 core retires two 8-wide fp32 FMAs a cycle (32
+// FLOPs); at ~2.5 GHz that is 80 GFLOP/s a thread. Used for MFU unless
+// logging.peak_tflops names the device's real peak.
+constexpr double kCpuFlopsPerThread = 2.5e9 * 32;
+
+nlohmann::json category_json(const CategoryBytes& b) {
+  nlohmann::json j;
+  for (size_t c = 0; c < kNumCategories; ++c) j[category_name(static_cast<Category>(c))] = b[c];
+  return j;
+}
+}  // namespace
+
+Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info_(info) {
+  validate_config(cfg_);
+  const auto& t = cfg_.training;
+  const auto& p = cfg_.parallel;
+  ParallelDims dims(p.dp, p.tp, p.pp, info.world_size);
+  STRATA_CHECK(dims.tp() == 1 && dims.pp() == 1, "parallel.tp=", dims.tp(), " pp=", dims.pp(),
+               ": this build has data parallelism only; set parallel.tp=1 parallel.pp=1");
+  set_log_rank(static_cast<int>(info.rank));
+  const auto hw = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  threads_ = t.threads > 0 ? t.threads : std::max<int64_t>(1, hw / info.local_world_size);
+  at::set_num_threads(static_cast<int>(threads_));
+  at::globalContext().setDeterministicAlgorithms(t.deterministic, /*warn_only=*/true);
+  if (cfg_.memory.track) install_tracking_allocator();
+  peak_flops_ = cfg_.logging.peak_tflops > 0 ? cfg_.logging.peak_tflops * 1e12
+                                             : kCpuFlopsPerThread * static_cast<double>(threads_);
+
+  const auto device = t.device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  STRATA_CHECK(device == c10::DeviceType::CPU, "training.device=cuda: the CUDA training path lands "
+               "with the GPU issues; use training.device=cpu");
+  mesh_ = std::make_unique<Mesh>(info, dims, device,
+                                 std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)));
+  dp_rank_ = mesh_->coord().dp;
+
+  data_ = open_data_source(cfg_);
+  spec_ = resolve_model_spec(cfg_.model, data_.shape);
+  if (is_language_model(spec_.family)) dims.check_model(spec_.n_head, spec_.n_layer);
+  build_datasets(data_, cfg_, spec_);
+
+  const int64_t dp = dims.dp();
+  micro_ = t.micro_batch_size > 0 ? t.micro_batch_size : t.batch_size / dp;
+  STRATA_CHECK(micro_ > 0 && t.batch_size % (micro_ * dp) == 0, "training.batch_size=", t.batch_size,
+               " must be a multiple of micro_batch_size x dp = ", micro_, " x ", dp,
+               "; change batch_size or micro_batch_size");
+  accum_ = t.batch_size / (micro_ * dp);
+
+  // Every rank builds the same initial weights from the seed; dropout then gets
+  // a per-rank stream (reseeded below).
+  at::manual_seed(static_cast<uint64_t>(t.seed));
+  {
+    MemoryScope scope(Category::kParameters);
+    model_ = build_model(spec_);
+  }
+  for (auto& item : model_->named_parameters()) params_.push_back({item.key(), item.value()});
+  {
+    // Note [gradient buffers]: gradients are allocated once, before the first
+    // backward, and accumulated into in place; zero_grad zeroes them. So the
+    // gradients category is exactly the .grad buffers, and steady-state memory is
+    // the same from the first step on.
+    MemoryScope scope(Category::kGradients);
+    for (auto& np : params_) np.param.mutable_grad() = at::zeros_like(np.param);
+  }
+  {
+    MemoryScope scope(Category::kOptimizer);
+    opt_ = std::make_unique<AdamW>(params_, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay});
+  }
+  Comm& dp_comm = mesh_->comm(Axis::kDp);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& np : params_) dp_comm.broadcast(np.param, 0).wait();
+  }
+  at::manual_seed(static_cast<uint64_t>(t.seed) + 1 + static_cast<uint64_t>(info.rank));
+  sampler_ = std::make_unique<DistributedSampler>(data_.train->size(), dp, dp_rank_,
+                                                  static_cast<uint64_t>(t.seed));
+  ckpt_root_ = cfg_.checkpoint.dir.empty() ? cfg_.logging.run_dir + "/checkpoints" : cfg_.checkpoint.dir;
+  if (!cfg_.checkpoint.resume.empty()) resume();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::print_startup() {
+  if (info_.rank != 0) return;
+  std::string table = config_table(cfg_);
+  log_rank0("strata train: resolved config\n", table);
+  log_rank0("layout      ", mesh_->dims().to_string(), ", ranks from ", info_.source, ", ", threads_,
+            " threads per rank");
+  log_rank0("model       ", spec_.flavour, ": ", model_->num_parameters(), " parameters, ",
+            model_->num_blocks(), " blocks");
+  log_rank0("data        ", data_.description, ": ", data_.train->size(), " train samples");
+  log_rank0("batch       ", cfg_.training.batch_size, " global = ", micro_, " micro x ", accum_,
+            " accumulation x ", mesh_->dims().dp(), " dp");
+}
+
+double Trainer::average_over_dp(double v) {
+  Comm& dp = mesh_->comm(Axis::kDp);
+  if (dp.size() == 1) return v;
+  at::Tensor t = at::full({1}, v, at::kDouble);
+  dp.all_reduce(t).wait();
+  return t.item<double>() / static_cast<double>(dp.size());
+}
+
+double Trainer::train_step(int64_t step) {
+  const auto& t = cfg_.training;
+  double loss_sum = 0;
+  for (int64_t m = 0; m < accum_; ++m) {
+    MemoryScope scope(Category::kActivations);
+    Batch b = data_.train->get(sampler_->next(micro_));
+    at::Tensor loss = model_->forward_loss(b);
+    (loss / static_cast<double>(accum_)).backward();
+    loss_sum += loss.item<double>();
+  }
+  // Average gradients over dp (replaced by the bucketed DDP reducer in parallel/data).
+  Comm& dp = mesh_->comm(Axis::kDp);
+  if (dp.size() > 1) {
+    MemoryScope scope(Category::kCommBuffers);
+    std::vector<CommWork> works;
+    for (auto& np : params_) works.push_back(dp.all_reduce(np.param.mutable_grad()));
+    for (auto& w : works) w.wait();
+    scale_gradients(params_, 1.0 / static_cast<double>(dp.size()));
+  }
+  double norm = std::sqrt(grad_norm_squared(params_));
+  if (t.grad_clip > 0 && norm > t.grad_clip) scale_gradients(params_, t.grad_clip / (norm + 1e-6));
+  {
+    MemoryScope scope(Category::kOptimizer);
+    opt_->step(lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr));
+  }
+  opt_->zero_grad();
+  return average_over_dp(loss_sum / static_cast<double>(accum_));
+}
+
+double Trainer::evaluate() {
+  if (!data_.eval) return NAN;
+  at::NoGradGuard no_grad;
+  model_->eval();
+  DistributedSampler s(data_.eval->size(), mesh_->dims().dp(), dp_rank_, 0, /*shuffle=*/false);
+  const auto idx = s.epoch_indices(0);
+  double sum = 0;
+  int64_t n = 0;
+  for (int64_t b = 0; b < cfg_.training.eval_batches; ++b) {
+    const auto begin = static_cast<size_t>(b * micro_);
+    if (begin + static_cast<size_t>(micro_) > idx.size()) break;
+    MemoryScope scope(Category::kActivations);
+    std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin), idx.begin() + static_cast<int64_t>(begin) + micro_);
+    sum += model_->forward_loss(data_.eval->get(chunk)).item<double>();
+    ++n;
+  }
+  model_->train();
+  return average_over_dp(n ? sum / static_cast<double>(n) : NAN);
+}
+
+void Trainer::save(int64_t step) {
+  const std::string tmp = ckpt_root_ + "/" + checkpoint_dir_name(step) + ".tmp";
+  std::vector<TensorPiece> pieces;
+  if (info_.rank == 0) {
+    auto& st = opt_->state();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& name = params_[i].name;
+      pieces.push_back({"model." + name, params_[i].param, {}, {}});
+      pieces.push_back({"optim." + name + ".exp_avg", st[i].exp_avg, {}, {}});
+      pieces.push_back({"optim." + name + ".exp_avg_sq", st[i].exp_avg_sq, {}, {}});
+      pieces.push_back({"optim." + name + ".step", at::full({1}, st[i].step, at::kLong), {}, {}});
+    }
+  }
+  at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  pieces.push_back({"rng.cpu.rank" + std::to_string(info_.rank), rng, {}, {}});
+  if (info_.rank == 0) fs::create_directories(tmp);
+  Comm& world = mesh_->comm(Axis::kWorld);
+  world.barrier();
+  write_shard(tmp, info_.rank, pieces);
+  world.barrier();
+  if (info_.rank == 0) {
+    auto s = sampler_->state();
+    nlohmann::json meta = {{"format", 1},
+                           {"step", step},
+                           {"sampler", {{"epoch", s.epoch}, {"offset", s.offset}}},
+                           {"layout", {{"dp", mesh_->dims().dp()}, {"tp", mesh_->dims().tp()}, {"pp", mesh_->dims().pp()}}},
+                           {"world_size", info_.world_size},
+                           {"config", config_toml(cfg_)}};
+    finalize_checkpoint(ckpt_root_, step, meta, cfg_.checkpoint.keep);
+  }
+  world.barrier();
+}
+
+void Trainer::resume() {
+  const std::string dir = resolve_checkpoint(ckpt_root_, cfg_.checkpoint.resume);
+  if (dir.empty()) {
+    log_rank0("checkpoint.resume=latest: no checkpoint under ", ckpt_root_, ", starting fresh");
+    return;
+  }
+  CheckpointReader r(dir);
+  const auto& layout = r.meta()["layout"];
+  STRATA_CHECK(layout["dp"] == mesh_->dims().dp() && layout["tp"] == mesh_->dims().tp() &&
+                   layout["pp"] == mesh_->dims().pp(),
+               "checkpoint ", dir, " was written with dp=", layout["dp"].dump(), " tp=", layout["tp"].dump(),
+               " pp=", layout["pp"].dump(), " but this run is ", mesh_->dims().to_string(),
+               "; resume with the same layout");
+  auto& st = opt_->state();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& name = params_[i].name;
+    r.read("model." + name, params_[i].param);
+    r.read("optim." + name + ".exp_avg", st[i].exp_avg);
+    r.read("optim." + name + ".exp_avg_sq", st[i].exp_avg_sq);
+    at::Tensor s = at::zeros({1}, at::kLong);
+    r.read("optim." + name + ".step", s);
+    st[i].step = s.item<int64_t>();
+  }
+  const std::string rng_name = "rng.cpu.rank" + std::to_string(info_.rank);
+  at::Tensor rng = at::empty(r.global_shape(rng_name), at::kByte);
+  r.read(rng_name, rng);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(rng);
+  sampler_->set_state({r.meta()["sampler"]["epoch"], r.meta()["sampler"]["offset"]});
+  start_step_ = r.meta()["step"];
+  log_rank0("resumed from ", dir, " at step ", start_step_);
+}
+
+TrainSummary Trainer::run() {
+  print_startup();
+  const auto& t = cfg_.training;
+  TrainSummary out;
+  out.first_step = start_step_;
+  std::unique_ptr<MetricsLog> log;
+  if (info_.rank == 0) {
+    fs::create_directories(cfg_.logging.run_dir);
+    log = std::make_unique<MetricsLog>(cfg_.logging.run_dir + "/metrics.jsonl", start_step_ > 0);
+    out.metrics_path = log->path();
+  }
+  Progress progress(cfg_.logging.progress, t.steps, cfg_.logging.log_interval, info_.rank == 0);
+  const double tokens_per_step = static_cast<double>(t.batch_size * model_->tokens_per_sample());
+  const double flops_per_step = model_->flops_per_sample() * static_cast<double>(t.batch_size);
+  auto run_start = std::chrono::steady_clock::now();
+  CommStats::get().take();
+  for (int64_t step = start_step_; step < t.steps; ++step) {
+    reset_memory_peaks();
+    auto t0 = std::chrono::steady_clock::now();
+    const double loss = train_step(step);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const MemoryStats mem = memory_stats();
+    const CommTotals comm = CommStats::get().take();
+    out.losses.push_back(loss);
+    STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1,
+                 "; lower training.lr or raise training.warmup_steps");
+    const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    const double eta = elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(t.steps - step - 1);
+    nlohmann::json rec = {{"step", step + 1},
+                          {"loss", loss},
+                          {"lr", lr},
+                          {"step_ms", secs * 1000},
+                          {"tokens_per_s", tokens_per_step / secs},
+                          {"samples_per_s", static_cast<double>(t.batch_size) / secs},
+                          {"mfu", flops_per_step / secs / (peak_flops_ * static_cast<double>(info_.world_size))},
+                          {"comm_ms", comm.ms},
+                          {"comm_bytes", comm.bytes},
+                          {"mem_peak", category_json(mem.peak)},
+                          {"mem_peak_total", mem.total_peak},
+                          {"mem_at_peak", category_json(mem.at_total_peak)}};
+    const bool last = step + 1 == t.steps;
+    if (t.eval_interval > 0 && ((step + 1) % t.eval_interval == 0 || last)) {
+      const double ev = evaluate();
+      rec["eval_loss"] = ev;
+      out.eval_loss = ev;
+      progress.message(c10::str("step ", step + 1, ": eval loss ", ev));
+    }
+    if (log) log->write(rec);
+    progress.update(step + 1, loss, tokens_per_step / secs, lr, eta);
+    const bool periodic = cfg_.checkpoint.interval > 0 && (step + 1) % cfg_.checkpoint.interval == 0;
+    if (periodic || (last && cfg_.checkpoint.save_final)) {
+      save(step + 1);
+      out.checkpoint_dir = ckpt_root_ + "/" + checkpoint_dir_name(step + 1);
+    }
+  }
+  progress.finish();
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,60 @@
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/core/config.h"
+#include "strata/dist/mesh.h"
+#include "strata/dist/rendezvous.h"
+#include "strata/models/model.h"
+#include "strata/train/data/sampler.h"
+#include "strata/train/data/source.h"
+#include "strata/train/metrics.h"
+#include "strata/train/optimizer.h"
+
+namespace strata {
+
+struct TrainSummary {
+  std::vector<double> losses;  // per step run in this process
+  int64_t first_step = 0;      // the step the run started at (after a resume)
+  std::optional<double> eval_loss;
+  std::string metrics_path, checkpoint_dir;
+};
+
+// The training loop for one rank: set-up in the order of DESIGN.md (layout, mesh,
+// data, model, optimizer, resume), then steps of micro-batches with gradient
+// accumulation, gradient averaging over dp, clipping, AdamW, metrics, periodic
+// evaluation and checkpoints.
+class Trainer {
+ public:
+  Trainer(Config cfg, const WorldInfo& info);
+  ~Trainer();
+  TrainSummary run();
+
+  Model& model() { return *model_; }
+  int64_t grad_accum() const { return accum_; }
+
+ private:
+  void print_startup();
+  double train_step(int64_t step);
+  double evaluate();
+  void save(int64_t step);
+  void resume();
+  double average_over_dp(double v);
+
+  Config cfg_;
+  WorldInfo info_;
+  std::unique_ptr<Mesh> mesh_;
+  DataSource data_;
+  ModelSpec spec_;
+  std::shared_ptr<Model> model_;
+  std::vector<NamedParam> params_;
+  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
+  double peak_flops_ = 0;
+  std::string ckpt_root_;
+};
+
+}  // namespace strata
