@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "strata/core/errors.h"
@@ -46,14 +47,24 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
-// Prefixes complete lines; a carriage-return progress line is passed through as a line.
+// Error lines already printed by another rank (the same user error hits every
+// rank): printed once, so a bad config gives one line, not one per rank.
+std::set<std::string> g_errors_seen;
+
+bool duplicate_error(const std::string& line) {
+  if (line.rfind("error: ", 0) != 0) return false;
+  return !g_errors_seen.insert(line).second;
+}
+
+// Prefixes complete lines with the rank.
 void emit(Child& c, const char* data, size_t n, bool flush) {
   c.partial.append(data, n);
   std::string out;
   size_t start = 0;
   for (size_t i = 0; i < c.partial.size(); ++i) {
     if (c.partial[i] == '\n') {
-      out += "[rank " + std::to_string(c.rank) + "] " + c.partial.substr(start, i - start + 1);
+      std::string line = c.partial.substr(start, i - start + 1);
+      if (!duplicate_error(line)) out += "[rank " + std::to_string(c.rank) + "] " + line;
       start = i + 1;
     }
   }

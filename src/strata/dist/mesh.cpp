@@ -16,7 +16,10 @@ Mesh::Mesh(const WorldInfo& info, const ParallelDims& dims, c10::DeviceType devi
   store_ = create_store(info, timeout);
   for (Axis axis : {Axis::kWorld, Axis::kDp, Axis::kTp, Axis::kPp}) {
     auto group = dims.group_of(axis, rank_);
-    if (group.size() == 1) continue;  // a group of one needs no process group
+    if (group.size() == 1) {  // a group of one needs no process group
+      comms_[static_cast<size_t>(axis)] = Comm(nullptr, axis_name(axis), 0, 1, group, timeout);
+      continue;
+    }
     // Groups are named by axis and their first rank, which identifies the group.
     std::string prefix = c10::str(axis_name(axis), "/", group.front());
     auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);

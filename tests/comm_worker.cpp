@@ -1,0 +1,104 @@
+// A rank for the multi-process tests: exercises every collective of dist/comm on
+// a mesh and checks the results. Modes: "collectives DP TP" (exit 0 when all
+// results are right), "die" (rank 1 is killed before an all_reduce; the others
+// must fail with a CommError instead of hanging).
+#include <signal.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "strata/core/errors.h"
+#include "strata/dist/mesh.h"
+
+using namespace strata;
+
+namespace {
+
+int g_failures = 0;
+void expect(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+    ++g_failures;
+  }
+}
+
+void check_axis(Comm& c, const std::string& label) {
+  const auto n = c.size();
+  const auto r = c.rank();
+  const double rr = static_cast<double>(r);
+  // all_reduce: sum of (rank + 1) = n (n + 1) / 2
+  at::Tensor t = at::full({5}, rr + 1);
+  c.all_reduce(t).wait();
+  expect(at::allclose(t, at::full({5}, n * (n + 1) / 2.0)), label + " all_reduce sum");
+  at::Tensor mx = at::full({3}, rr);
+  c.all_reduce(mx, c10d::ReduceOp::MAX).wait();
+  expect(at::allclose(mx, at::full({3}, static_cast<double>(n - 1))), label + " all_reduce max");
+  // reduce_scatter: input chunk j holds (rank + 1) * (j + 1); chunk r sums to (j=r+1) * n(n+1)/2
+  at::Tensor in = (at::arange(n, at::kFloat).repeat_interleave(4) + 1) * (rr + 1);
+  at::Tensor out = at::empty({4});
+  c.reduce_scatter(out, in).wait();
+  expect(at::allclose(out, at::full({4}, (rr + 1) * n * (n + 1) / 2.0)), label + " reduce_scatter");
+  // all_gather: chunk j == j
+  at::Tensor mine = at::full({3}, rr);
+  at::Tensor all = at::empty({3 * n});
+  c.all_gather(all, mine).wait();
+  expect(at::allclose(all, at::arange(n, at::kFloat).repeat_interleave(3)), label + " all_gather");
+  // broadcast from the last member
+  at::Tensor b = at::full({2}, rr * 10);
+  c.broadcast(b, n - 1).wait();
+  expect(at::allclose(b, at::full({2}, (n - 1) * 10.0)), label + " broadcast");
+  // send/recv around a ring, asynchronous on both sides
+  if (n > 1) {
+    at::Tensor s = at::full({6}, rr);
+    at::Tensor got = at::empty({6});
+    auto ws = c.send(s, (r + 1) % n, 7);
+    auto wr = c.recv(got, (r + n - 1) % n, 7);
+    ws.wait();
+    wr.wait();
+    expect(at::allclose(got, at::full({6}, static_cast<double>((r + n - 1) % n))), label + " send/recv");
+  }
+  c.barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string mode = argc > 1 ? argv[1] : "collectives";
+    WorldInfo info = world_from_env();
+    if (mode == "die") {
+      ParallelDims dims(0, 1, 1, info.world_size);
+      Mesh mesh(info, dims, c10::DeviceType::CPU, std::chrono::milliseconds(5000));
+      mesh.comm(Axis::kWorld).barrier();
+      if (info.rank == 1) {
+        std::printf("rank 1 dies now\n");
+        std::fflush(stdout);
+        raise(SIGKILL);
+      }
+      at::Tensor t = at::ones({1 << 20});
+      for (int i = 0; i < 1000; ++i) mesh.comm(Axis::kWorld).all_reduce(t).wait();
+      std::fprintf(stderr, "FAILED: all_reduce kept succeeding after rank 1 died\n");
+      return 1;
+    }
+    const int64_t dp = argc > 2 ? std::atoll(argv[2]) : 0;
+    const int64_t tp = argc > 3 ? std::atoll(argv[3]) : 1;
+    ParallelDims dims(dp, tp, 1, info.world_size);
+    Mesh mesh(info, dims, c10::DeviceType::CPU, std::chrono::milliseconds(30000));
+    for (Axis a : {Axis::kWorld, Axis::kDp, Axis::kTp}) check_axis(mesh.comm(a), axis_name(a));
+    // Each group's members must be the ranks the pure grid says.
+    auto g = dims.group_of(Axis::kTp, info.rank);
+    for (int64_t i = 0; i < mesh.comm(Axis::kTp).size(); ++i)
+      expect(mesh.comm(Axis::kTp).global_rank(i) == g[static_cast<size_t>(i)], "tp group membership");
+    if (g_failures == 0) std::printf("rank %lld: all collectives correct\n", static_cast<long long>(info.rank));
+    return g_failures == 0 ? 0 : 1;
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,59 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace strata::test {
+
+RunResult run(const std::string& cmd, double limit_s) {
+  RunResult r;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string full = "timeout -s KILL " + std::to_string(static_cast<int>(limit_s)) + " " + cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string strata_bin() { return STRATA_BIN; }
+std::string comm_worker_bin() { return COMM_WORKER_BIN; }
+std::string source_dir() { return STRATA_SOURCE_DIR; }
+
+std::string temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("strata-test-" + std::to_string(getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<double> read_losses(const std::string& metrics_path) {
+  std::vector<double> out;
+  std::ifstream in(metrics_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  }
+  return out;
+}
+
+int count_lines_with(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+}  // namespace strata::test

@@ -1,0 +1,24 @@
+#pragma once
+#include <string>
+#include <vector>
+
+namespace strata::test {
+
+struct RunResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string output;  // stdout and stderr together
+  double seconds = 0;
+};
+// Runs a shell command line with a hard time limit (the test fails rather than hangs).
+RunResult run(const std::string& cmd, double limit_s = 240);
+std::string strata_bin();
+std::string comm_worker_bin();
+std::string source_dir();
+// A fresh empty directory under the build's temp area.
+std::string temp_dir(const std::string& name);
+// "loss" values of metrics.jsonl, in order.
+std::vector<double> read_losses(const std::string& metrics_path);
+// Lines of text that contain needle.
+int count_lines_with(const std::string& text, const std::string& needle);
+
+}  // namespace strata::test
