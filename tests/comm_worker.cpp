@@ -58,7 +58,8 @@ void check_axis(Comm& c, const std::string& label) {
     auto wr = c.recv(got, (r + n - 1) % n, 7);
     ws.wait();
     wr.wait();
-    expect(at::allclose(got, at::full({6}, static_cast<double>((r + n - 1) % n))), label + " send/recv");
+    expect(at::allclose(got, at::full({6}, static_cast<double>((r + n - 1) % n))),
+           label + " send/recv");
   }
   c.barrier();
 }
@@ -91,8 +92,10 @@ int main(int argc, char** argv) {
     // Each group's members must be the ranks the pure grid says.
     auto g = dims.group_of(Axis::kTp, info.rank);
     for (int64_t i = 0; i < mesh.comm(Axis::kTp).size(); ++i)
-      expect(mesh.comm(Axis::kTp).global_rank(i) == g[static_cast<size_t>(i)], "tp group membership");
-    if (g_failures == 0) std::printf("rank %lld: all collectives correct\n", static_cast<long long>(info.rank));
+      expect(mesh.comm(Axis::kTp).global_rank(i) == g[static_cast<size_t>(i)],
+             "tp group membership");
+    if (g_failures == 0)
+      std::printf("rank %lld: all collectives correct\n", static_cast<long long>(info.rank));
     return g_failures == 0 ? 0 : 1;
   } catch (const CommError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -17,7 +17,9 @@ TEST(Checkpoint, ShardsAssembleAnyRegion) {
   at::Tensor full = at::arange(24, at::kFloat).view({4, 6});
   // Two ranks each hold half the rows; rank 1 also holds a whole small tensor.
   write_shard(tmp, 0, {{"w", full.narrow(0, 0, 2), {4, 6}, {0, 0}}});
-  write_shard(tmp, 1, {{"w", full.narrow(0, 2, 2), {4, 6}, {2, 0}}, {"v", at::ones({3}, at::kLong), {}, {}}});
+  write_shard(
+      tmp, 1,
+      {{"w", full.narrow(0, 2, 2), {4, 6}, {2, 0}}, {"v", at::ones({3}, at::kLong), {}, {}}});
   finalize_checkpoint(root, 5, {{"step", 5}}, 2);
   EXPECT_FALSE(std::filesystem::exists(tmp));
   const std::string dir = resolve_checkpoint(root, "latest");
@@ -40,7 +42,8 @@ TEST(Checkpoint, ShardsAssembleAnyRegion) {
 TEST(Checkpoint, CorruptionIsDetectedAndOldOnesPruned) {
   const std::string root = test::temp_dir("ckpt2");
   for (int64_t step : {1, 2, 3}) {
-    write_shard(root + "/" + checkpoint_dir_name(step) + ".tmp", 0, {{"w", at::ones({16}) * step, {}, {}}});
+    write_shard(root + "/" + checkpoint_dir_name(step) + ".tmp", 0,
+                {{"w", at::ones({16}) * step, {}, {}}});
     finalize_checkpoint(root, step, {{"step", step}}, 2);
   }
   EXPECT_FALSE(std::filesystem::exists(root + "/step-00000001"));

@@ -44,7 +44,8 @@ TEST(Config, TomlAndOverridesApplyInOrder) {
 TEST(Config, UnknownKeysAndBadValuesAreOneLineErrors) {
   Config c;
   std::string m = message_of([&] { apply_override(c, "training.lrr=1"); });
-  EXPECT_NE(m.find("unknown config key training.lrr; did you mean training.lr?"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown config key training.lrr; did you mean training.lr?"), std::string::npos)
+      << m;
   m = message_of([&] { apply_override(c, "trainig.lr=1"); });
   EXPECT_NE(m.find("did you mean [training]"), std::string::npos) << m;
   m = message_of([&] { apply_override(c, "training.steps=ten"); });

@@ -24,13 +24,18 @@ TEST(TrackingAllocator, CountsPerCategoryCurrentAndPeak) {
     EXPECT_EQ(category_of(p), Category::kParameters);
     EXPECT_EQ(category_of(a), Category::kActivations);
     MemoryStats mid = memory_stats();
-    EXPECT_EQ(mid.current[idx(Category::kParameters)] - before.current[idx(Category::kParameters)], 4000);
-    EXPECT_EQ(mid.current[idx(Category::kActivations)] - before.current[idx(Category::kActivations)], 8000);
+    EXPECT_EQ(mid.current[idx(Category::kParameters)] - before.current[idx(Category::kParameters)],
+              4000);
+    EXPECT_EQ(
+        mid.current[idx(Category::kActivations)] - before.current[idx(Category::kActivations)],
+        8000);
     // Retag moves bytes between categories.
     retag(a, Category::kGradients);
     MemoryStats moved = memory_stats();
-    EXPECT_EQ(moved.current[idx(Category::kActivations)], before.current[idx(Category::kActivations)]);
-    EXPECT_EQ(moved.current[idx(Category::kGradients)] - before.current[idx(Category::kGradients)], 8000);
+    EXPECT_EQ(moved.current[idx(Category::kActivations)],
+              before.current[idx(Category::kActivations)]);
+    EXPECT_EQ(moved.current[idx(Category::kGradients)] - before.current[idx(Category::kGradients)],
+              8000);
     EXPECT_EQ(category_of(a), Category::kGradients);
   }
   MemoryStats after = memory_stats();

@@ -81,6 +81,7 @@ TEST(Models, UnknownFlavourSuggestsTheName) {
     resolve_model_spec(mc, {});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("did you mean 'gpt2-124m'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did you mean 'gpt2-124m'"), std::string::npos)
+        << e.what();
   }
 }

@@ -12,7 +12,8 @@ using namespace strata::test;
 
 namespace {
 std::string launch(int n, const std::string& cmd) {
-  return strata_bin() + " launch --nproc-per-node " + std::to_string(n) + " --master-port auto -- " + cmd;
+  return strata_bin() + " launch --nproc-per-node " + std::to_string(n) +
+         " --master-port auto -- " + cmd;
 }
 }  // namespace
 
@@ -63,11 +64,15 @@ TEST(MultiProcess, PortInUseIsOneClearLine) {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const int port = ntohs(addr.sin_port);
-  auto r = run(strata_bin() + " launch --nproc-per-node 2 --master-port " + std::to_string(port) + " -- true", 30);
+  auto r = run(strata_bin() + " launch --nproc-per-node 2 --master-port " + std::to_string(port) +
+                   " -- true",
+               30);
   close(fd);
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("error: master port " + std::to_string(port) + " on 127.0.0.1 is already in use"),
-            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: master port " + std::to_string(port) +
+                          " on 127.0.0.1 is already in use"),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(count_lines_with(r.output, "error"), 1) << r.output;
 }
 
@@ -77,6 +82,7 @@ TEST(MultiProcess, LauncherReportsExitStatusAndRunsMpiStyleRanks) {
   EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exited with status 5"), std::string::npos) << r.output;
   // A rank started by mpirun reads OMPI_COMM_WORLD_*; one rank of one needs no peers.
-  r = run("env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 " + comm_worker_bin() + " collectives", 30);
+  r = run("env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 " + comm_worker_bin() + " collectives",
+          30);
   EXPECT_EQ(r.status, 0) << r.output;
 }

@@ -16,10 +16,14 @@ TEST(AdamW, MatchesLibtorchAdamW) {
   AdamW mine({{"w", w1}, {"b", b1}}, AdamWOptions{0.9, 0.95, 1e-8, 0.1});
   // Strata decays matrices only; libtorch gets two groups to match.
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<at::Tensor>{w2},
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
-  groups.emplace_back(std::vector<at::Tensor>{b2},
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{w2},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{b2},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
   torch::optim::AdamW ref(std::move(groups), torch::optim::AdamWOptions(1e-2));
   for (int step = 0; step < 10; ++step) {
     at::Tensor x = at::randn({3, 8});
@@ -41,7 +45,8 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   EXPECT_DOUBLE_EQ(lr_at(10, 100, 10, 1.0, 0.1), 1.0);
   EXPECT_NEAR(lr_at(55, 100, 10, 1.0, 0.1), 0.55, 1e-12);
   EXPECT_NEAR(lr_at(100, 100, 10, 1.0, 0.1), 0.1, 1e-12);
-  for (int s = 11; s < 100; ++s) EXPECT_LE(lr_at(s, 100, 10, 1.0, 0.1), lr_at(s - 1, 100, 10, 1.0, 0.1));
+  for (int s = 11; s < 100; ++s)
+    EXPECT_LE(lr_at(s, 100, 10, 1.0, 0.1), lr_at(s - 1, 100, 10, 1.0, 0.1));
 }
 
 TEST(GradClip, NormAndScale) {

@@ -8,7 +8,8 @@
 using namespace strata;
 
 TEST(ParallelDims, RankCoordRoundTripAndTpInnermost) {
-  for (auto [dp, tp, pp] : std::vector<std::tuple<int, int, int>>{{1, 1, 1}, {2, 2, 2}, {3, 2, 1}, {1, 4, 2}, {4, 1, 3}}) {
+  for (auto [dp, tp, pp] : std::vector<std::tuple<int, int, int>>{
+           {1, 1, 1}, {2, 2, 2}, {3, 2, 1}, {1, 4, 2}, {4, 1, 3}}) {
     ParallelDims d(dp, tp, pp, dp * tp * pp);
     std::set<int64_t> seen;
     for (int64_t r = 0; r < d.world(); ++r) {
@@ -49,7 +50,8 @@ TEST(ParallelDims, DpDerivedAndBadLayoutsExplainThemselves) {
     ParallelDims(2, 1, 1, 3);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not equal the world size 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not equal the world size 3"), std::string::npos)
+        << e.what();
   }
   try {
     ParallelDims(0, 2, 1, 3);

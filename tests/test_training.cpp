@@ -15,7 +15,8 @@ std::string train(const std::string& dir, const std::string& args) {
 
 TEST(Training, DebugGptLossFallsOnKjv) {
   const std::string dir = temp_dir("loss");
-  auto r = run(train(dir, "--training.steps=40 --training.eval_interval=40 --checkpoint.save_final=false"));
+  auto r = run(
+      train(dir, "--training.steps=40 --training.eval_interval=40 --checkpoint.save_final=false"));
   ASSERT_EQ(r.status, 0) << r.output;
   auto losses = read_losses(dir + "/metrics.jsonl");
   ASSERT_EQ(losses.size(), 40u);
@@ -42,7 +43,8 @@ TEST(Training, ResumeReproducesLossesBitwise) {
 
 TEST(Training, TwoRanksMatchOneProcessAndResume) {
   // Same global batch (8): dp=2 with 4 per rank against one process with 8.
-  const std::string common = "--training.steps=6 --training.batch_size=8 --training.eval_interval=0 ";
+  const std::string common =
+      "--training.steps=6 --training.batch_size=8 --training.eval_interval=0 ";
   const std::string one = temp_dir("dp1"), two = temp_dir("dp2"), res = temp_dir("dp2-resume");
   ASSERT_EQ(run(train(one, common + "--checkpoint.save_final=false")).status, 0);
   auto r2 = run(train(two, common + "--nproc 2 --checkpoint.interval=3"));
@@ -50,8 +52,10 @@ TEST(Training, TwoRanksMatchOneProcessAndResume) {
   auto l1 = read_losses(one + "/metrics.jsonl"), l2 = read_losses(two + "/metrics.jsonl");
   ASSERT_EQ(l1.size(), 6u);
   ASSERT_EQ(l2.size(), 6u);
-  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(l2[i], l1[i], 1e-5 * std::abs(l1[i])) << "step " << i + 1;
-  auto r3 = run(train(res, common + "--nproc 2 --checkpoint.resume=" + two + "/checkpoints/step-00000003"));
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_NEAR(l2[i], l1[i], 1e-5 * std::abs(l1[i])) << "step " << i + 1;
+  auto r3 = run(
+      train(res, common + "--nproc 2 --checkpoint.resume=" + two + "/checkpoints/step-00000003"));
   ASSERT_EQ(r3.status, 0) << r3.output;
   auto l3 = read_losses(res + "/metrics.jsonl");
   ASSERT_EQ(l3.size(), 3u);
@@ -65,8 +69,10 @@ TEST(Training, BadInputIsOneClearLine) {
   };
   const std::vector<Case> cases = {
       {"--training.lrr=1", "error: unknown config key training.lrr; did you mean training.lr?"},
-      {"--data.source=text --data.path=/nonexistent/corpus.txt", "error: data.path=/nonexistent/corpus.txt does not exist"},
-      {"--model.flavour=gtp2-124m", "error: unknown model flavour 'gtp2-124m'; did you mean 'gpt2-124m'?"},
+      {"--data.source=text --data.path=/nonexistent/corpus.txt",
+       "error: data.path=/nonexistent/corpus.txt does not exist"},
+      {"--model.flavour=gtp2-124m",
+       "error: unknown model flavour 'gtp2-124m'; did you mean 'gpt2-124m'?"},
       {"--config /nonexistent.toml", "error: config file /nonexistent.toml does not exist"},
       {"--nproc 3 --parallel.dp=2", "error: dp*tp*pp = 2*1*1 = 2 does not equal the world size 3"},
   };

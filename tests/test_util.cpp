@@ -14,7 +14,8 @@ namespace strata::test {
 RunResult run(const std::string& cmd, double limit_s) {
   RunResult r;
   auto t0 = std::chrono::steady_clock::now();
-  std::string full = "timeout -s KILL " + std::to_string(static_cast<int>(limit_s)) + " " + cmd + " 2>&1";
+  std::string full =
+      "timeout -s KILL " + std::to_string(static_cast<int>(limit_s)) + " " + cmd + " 2>&1";
   FILE* p = popen(full.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -26,12 +27,19 @@ RunResult run(const std::string& cmd, double limit_s) {
   return r;
 }
 
-std::string strata_bin() { return STRATA_BIN; }
-std::string comm_worker_bin() { return COMM_WORKER_BIN; }
-std::string source_dir() { return STRATA_SOURCE_DIR; }
+std::string strata_bin() {
+  return STRATA_BIN;
+}
+std::string comm_worker_bin() {
+  return COMM_WORKER_BIN;
+}
+std::string source_dir() {
+  return STRATA_SOURCE_DIR;
+}
 
 std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("strata-test-" + std::to_string(getpid()) + "-" + name);
+  auto dir = std::filesystem::temp_directory_path() /
+             ("strata-test-" + std::to_string(getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

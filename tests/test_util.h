@@ -5,7 +5,7 @@
 namespace strata::test {
 
 struct RunResult {
-  int status = -1;  // exit status, or 128 + signal
+  int status = -1;     // exit status, or 128 + signal
   std::string output;  // stdout and stderr together
   double seconds = 0;
 };

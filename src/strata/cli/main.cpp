@@ -1,7 +1,7 @@
 // strata: train | launch | version. See README "Command line".
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -73,14 +73,17 @@ int main(int argc, char** argv) {
   CLI::App app{"Strata: memory-optimized distributed training on libtorch"};
   app.require_subcommand(1);
 
-  auto* train = app.add_subcommand("train", "train a model (config overrides: --section.key=value)");
+  auto* train =
+      app.add_subcommand("train", "train a model (config overrides: --section.key=value)");
   std::string config_path;
   int64_t nproc = 1;
   train->add_option("-c,--config", config_path, "TOML config file");
-  train->add_option("--nproc", nproc, "local processes (shorthand for strata launch)")->check(CLI::PositiveNumber);
+  train->add_option("--nproc", nproc, "local processes (shorthand for strata launch)")
+      ->check(CLI::PositiveNumber);
   train->allow_extras();
 
-  auto* launch_cmd = app.add_subcommand("launch", "start ranks with torchrun's environment: launch [opts] -- CMD...");
+  auto* launch_cmd = app.add_subcommand(
+      "launch", "start ranks with torchrun's environment: launch [opts] -- CMD...");
   strata::LaunchOptions lo;
   launch_cmd->add_option("--nproc-per-node", lo.nproc_per_node, "ranks on this node")->required();
   launch_cmd->add_option("--nnodes", lo.nnodes, "nodes");
@@ -89,7 +92,9 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--master-port", lo.master_port, "rendezvous port, or auto");
   launch_cmd->add_option("cmd", lo.command, "command to run for each rank (after --)");
 
-  app.add_subcommand("version", "print the version")->callback([] { std::printf("strata 0.1.0\n"); });
+  app.add_subcommand("version", "print the version")->callback([] {
+    std::printf("strata 0.1.0\n");
+  });
 
   std::vector<std::string> raw_args(argv + 1, argv + argc);
   try {

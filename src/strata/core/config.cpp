@@ -172,13 +172,15 @@ void set_from_toml(const Field& f, const toml::node& node) {
         using T = std::remove_pointer_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::string>) {
           auto s = node.value<std::string>();
-          STRATA_CHECK(s && node.is_string(), name, " must be a string, e.g. ", f.key, " = \"...\"");
+          STRATA_CHECK(s && node.is_string(), name, " must be a string, e.g. ", f.key,
+                       " = \"...\"");
           *v = *s;
         } else if constexpr (std::is_same_v<T, bool>) {
           STRATA_CHECK(node.is_boolean(), name, " must be true or false");
           *v = *node.value<bool>();
         } else if constexpr (std::is_same_v<T, int64_t>) {
-          STRATA_CHECK(node.is_integer(), name, " must be an integer (no quotes, no decimal point)");
+          STRATA_CHECK(node.is_integer(), name,
+                       " must be an integer (no quotes, no decimal point)");
           *v = *node.value<int64_t>();
         } else {
           STRATA_CHECK(node.is_number(), name, " must be a number");
@@ -230,15 +232,17 @@ void load_config_file(Config& c, const std::string& path) {
 void apply_override(Config& c, const std::string& assignment) {
   auto eq = assignment.find('=');
   auto dot = assignment.find('.');
-  STRATA_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq,
-               "override '--", assignment, "' must look like --section.key=value");
+  STRATA_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq, "override '--",
+               assignment, "' must look like --section.key=value");
   auto fields = config_fields(c);
-  Field* f = find_field(fields, assignment.substr(0, dot), assignment.substr(dot + 1, eq - dot - 1));
+  Field* f =
+      find_field(fields, assignment.substr(0, dot), assignment.substr(dot + 1, eq - dot - 1));
   set_from_string(*f, assignment.substr(eq + 1));
 }
 
 namespace {
-void check_one_of(const std::string& name, const std::string& v, const std::vector<std::string>& ok) {
+void check_one_of(const std::string& name, const std::string& v,
+                  const std::vector<std::string>& ok) {
   if (std::find(ok.begin(), ok.end(), v) != ok.end()) return;
   std::string all;
   for (auto& o : ok) all += (all.empty() ? "" : ", ") + o;
@@ -266,8 +270,8 @@ void validate_config(const Config& c) {
   STRATA_CHECK(t.threads >= 0, "training.threads must be >= 0 (0 picks cores / local ranks)");
   STRATA_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, "model.dropout=", c.model.dropout,
                " must be in [0, 1)");
-  STRATA_CHECK(c.data.eval_fraction >= 0 && c.data.eval_fraction < 0.5, "data.eval_fraction=",
-               c.data.eval_fraction, " must be in [0, 0.5)");
+  STRATA_CHECK(c.data.eval_fraction >= 0 && c.data.eval_fraction < 0.5,
+               "data.eval_fraction=", c.data.eval_fraction, " must be in [0, 0.5)");
   STRATA_CHECK(c.data.tokenizer_vocab >= 64, "data.tokenizer_vocab=", c.data.tokenizer_vocab,
                " is too small; use at least 64");
   STRATA_CHECK(c.data.source != "text" || !c.data.path.empty(),

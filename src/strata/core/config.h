@@ -8,10 +8,11 @@ namespace strata {
 
 // Each struct mirrors one TOML section; see README "Config reference" for every key.
 struct ModelConfig {
-  std::string flavour = "debug";  // debug, gpt2-124m, gpt2-350m, gpt2-1.5b, bert-base, resnet-18, resnet-50, mlp
-  int64_t vocab_size = 0;         // 0: from the tokenizer (text) or the flavour
-  int64_t seq_len = 0;            // 0: the flavour's context length
-  int64_t n_layer = 0;            // 0: the flavour's value
+  std::string flavour =
+      "debug";  // debug, gpt2-124m, gpt2-350m, gpt2-1.5b, bert-base, resnet-18, resnet-50, mlp
+  int64_t vocab_size = 0;  // 0: from the tokenizer (text) or the flavour
+  int64_t seq_len = 0;     // 0: the flavour's context length
+  int64_t n_layer = 0;     // 0: the flavour's value
   int64_t n_head = 0;
   int64_t d_model = 0;
   double dropout = 0.0;
@@ -69,9 +70,9 @@ struct CheckpointConfig {
 
 struct LoggingConfig {
   std::string run_dir = "runs/default";
-  int64_t log_interval = 10;  // steps between printed lines when not on a terminal
+  int64_t log_interval = 10;      // steps between printed lines when not on a terminal
   std::string progress = "auto";  // auto, on, off: the live one-line display
-  double peak_tflops = 0;    // for MFU; 0: estimated from the CPU
+  double peak_tflops = 0;         // for MFU; 0: estimated from the CPU
 };
 
 struct Config {

@@ -22,7 +22,8 @@ std::optional<int64_t> get_env_int(const char* name) {
     if (pos == v->size()) return out;
   } catch (const std::exception&) {
   }
-  STRATA_FAIL("environment variable ", name, "='", *v, "' is not an integer; set it to a whole number");
+  STRATA_FAIL("environment variable ", name, "='", *v,
+              "' is not an integer; set it to a whole number");
 }
 
 std::string cache_dir() {

@@ -30,9 +30,9 @@ class InternalError : public std::logic_error {
 
 #define STRATA_FAIL(...) throw ::strata::Error(::c10::str(__VA_ARGS__))
 
-#define STRATA_ASSERT(cond, ...)                                                           \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      throw ::strata::InternalError(::c10::str("internal assert ", #cond, " failed at ",   \
-                                               __FILE__, ":", __LINE__, ": ", ##__VA_ARGS__)); \
+#define STRATA_ASSERT(cond, ...)                                                                   \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      throw ::strata::InternalError(::c10::str("internal assert ", #cond, " failed at ", __FILE__, \
+                                               ":", __LINE__, ": ", ##__VA_ARGS__));               \
   } while (0)

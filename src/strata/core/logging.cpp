@@ -26,13 +26,19 @@ LogLevel log_level() {
   return level;
 }
 
-void set_log_rank(int rank) { g_rank = rank; }
-int log_rank() { return g_rank; }
+void set_log_rank(int rank) {
+  g_rank = rank;
+}
+int log_rank() {
+  return g_rank;
+}
 
 void log_line(LogLevel level, const std::string& msg) {
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  const char* tag = level == LogLevel::kWarn ? "warning: " : level == LogLevel::kError ? "error: " : "";
+  const char* tag = level == LogLevel::kWarn    ? "warning: "
+                    : level == LogLevel::kError ? "error: "
+                                                : "";
   FILE* out = level >= LogLevel::kWarn ? stderr : stdout;
   std::fprintf(out, "%s%s\n", tag, msg.c_str());
   std::fflush(out);

@@ -30,7 +30,8 @@ void log_warn(const Args&... args) {
 // Info on rank 0 only: start-up tables, progress.
 template <class... Args>
 void log_rank0(const Args&... args) {
-  if (log_rank() == 0 && log_level() <= LogLevel::kInfo) log_line(LogLevel::kInfo, c10::str(args...));
+  if (log_rank() == 0 && log_level() <= LogLevel::kInfo)
+    log_line(LogLevel::kInfo, c10::str(args...));
 }
 
 }  // namespace strata

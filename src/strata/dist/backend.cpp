@@ -19,15 +19,17 @@ c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::St
 #ifdef STRATA_CUDA
     return make_nccl_backend(store, rank, size, timeout);
 #else
-    STRATA_FAIL("training.device=cuda needs a CUDA build of Strata; rebuild with -DSTRATA_CUDA=ON "
-                "against a CUDA libtorch, or use training.device=cpu");
+    STRATA_FAIL(
+        "training.device=cuda needs a CUDA build of Strata; rebuild with -DSTRATA_CUDA=ON "
+        "against a CUDA libtorch, or use training.device=cpu");
 #endif
   }
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   // Loopback unless the rendezvous address is another host: the interface that
   // reaches MASTER_ADDR is the one peers can reach us on.
-  std::string host = get_env("STRATA_GLOO_HOST").value_or(
-      get_env("MASTER_ADDR").value_or("127.0.0.1") == "127.0.0.1" ? "127.0.0.1" : "");
+  std::string host =
+      get_env("STRATA_GLOO_HOST")
+          .value_or(get_env("MASTER_ADDR").value_or("127.0.0.1") == "127.0.0.1" ? "127.0.0.1" : "");
   opts->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                                        : c10d::ProcessGroupGloo::createDeviceForHostname(host));
   opts->threads = 2;

@@ -35,7 +35,9 @@ bool comm_debug() {
   }();
   return on;
 }
-int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+int64_t nbytes(const at::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
 }  // namespace
 
 CommWork::CommWork(c10::intrusive_ptr<c10d::Work> work, std::string op, std::string axis,
@@ -52,21 +54,24 @@ void CommWork::wait() {
   if (!work_) return;
   auto work = std::move(work_);
   auto elapsed = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+        .count();
   };
   try {
     work->wait(timeout_);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
-    throw CommError(c10::str(op_, " on axis ", axis_, " (", bytes_, " bytes) failed on rank ", rank_,
-                             " after ", static_cast<int64_t>(elapsed()), " ms (timeout ",
+    throw CommError(c10::str(op_, " on axis ", axis_, " (", bytes_, " bytes) failed on rank ",
+                             rank_, " after ", static_cast<int64_t>(elapsed()), " ms (timeout ",
                              timeout_.count() / 1000.0, " s): ", msg,
                              "; another rank probably exited or hung, see its output"));
   }
   double ms = elapsed();
   CommStats::get().add(ms, bytes_);
-  if (comm_debug()) log_line(LogLevel::kInfo, c10::str("[comm] ", op_, " axis=", axis_, " bytes=", bytes_, " ms=", ms));
+  if (comm_debug())
+    log_line(LogLevel::kInfo,
+             c10::str("[comm] ", op_, " axis=", axis_, " bytes=", bytes_, " ms=", ms));
 }
 
 Comm::Comm(c10::intrusive_ptr<c10d::Backend> pg, std::string axis, int64_t rank, int64_t size,

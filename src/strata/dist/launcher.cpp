@@ -96,15 +96,17 @@ std::string signal_name(int sig) {
 }
 
 int launch(const LaunchOptions& o) {
-  STRATA_CHECK(!o.command.empty(), "strata launch needs a command after --, e.g. "
-                                   "strata launch --nproc-per-node 2 -- strata train");
+  STRATA_CHECK(!o.command.empty(),
+               "strata launch needs a command after --, e.g. "
+               "strata launch --nproc-per-node 2 -- strata train");
   STRATA_CHECK(o.nproc_per_node >= 1, "--nproc-per-node=", o.nproc_per_node, " must be at least 1");
-  STRATA_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank=",
-               o.node_rank, " must be in [0, --nnodes=", o.nnodes, ")");
+  STRATA_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes,
+               "--node-rank=", o.node_rank, " must be in [0, --nnodes=", o.nnodes, ")");
   int64_t port = 0;
   if (o.master_port == "auto" || o.master_port == "0") {
-    STRATA_CHECK(o.nnodes == 1, "--master-port auto works on one node only; with --nnodes=",
-                 o.nnodes, " give every node the same --master-port P");
+    STRATA_CHECK(o.nnodes == 1,
+                 "--master-port auto works on one node only; with --nnodes=", o.nnodes,
+                 " give every node the same --master-port P");
     port = probe_port(o.master_addr, 0);
   } else {
     try {
@@ -173,11 +175,14 @@ int launch(const LaunchOptions& o) {
   auto stop_others = [&](int sig) {
     for (auto& c : children)
       if (!c.exited) kill(-c.pid, sig), kill(c.pid, sig);
-    if (!kill_at) kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.stop_grace_s * 1000));
+    if (!kill_at)
+      kill_at =
+          Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.stop_grace_s * 1000));
   };
 
   size_t running = children.size();
-  while (running > 0 || std::any_of(children.begin(), children.end(), [](auto& c) { return c.out_fd >= 0; })) {
+  while (running > 0 ||
+         std::any_of(children.begin(), children.end(), [](auto& c) { return c.out_fd >= 0; })) {
     std::vector<pollfd> pfds;
     pfds.push_back({g_signal_pipe[0], POLLIN, 0});
     for (auto& c : children)

@@ -10,8 +10,8 @@ namespace strata {
 Mesh::Mesh(const WorldInfo& info, const ParallelDims& dims, c10::DeviceType device,
            std::chrono::milliseconds timeout)
     : dims_(dims), rank_(info.rank) {
-  STRATA_CHECK(dims.world() == info.world_size, "the layout ", dims.to_string(),
-               " needs ", dims.world(), " processes but ", info.world_size,
+  STRATA_CHECK(dims.world() == info.world_size, "the layout ", dims.to_string(), " needs ",
+               dims.world(), " processes but ", info.world_size,
                " were started; change the process count or parallel.dp/tp/pp");
   store_ = create_store(info, timeout);
   for (Axis axis : {Axis::kWorld, Axis::kDp, Axis::kTp, Axis::kPp}) {

@@ -6,10 +6,14 @@ namespace strata {
 
 const char* axis_name(Axis axis) {
   switch (axis) {
-    case Axis::kWorld: return "world";
-    case Axis::kDp: return "dp";
-    case Axis::kTp: return "tp";
-    case Axis::kPp: return "pp";
+    case Axis::kWorld:
+      return "world";
+    case Axis::kDp:
+      return "dp";
+    case Axis::kTp:
+      return "tp";
+    case Axis::kPp:
+      return "pp";
   }
   return "?";
 }
@@ -26,8 +30,8 @@ std::string divisors(int64_t n) {
 ParallelDims::ParallelDims(int64_t dp, int64_t tp, int64_t pp, int64_t world)
     : dp_(dp), tp_(tp), pp_(pp) {
   STRATA_CHECK(world >= 1, "world size ", world, " must be at least 1");
-  STRATA_CHECK(tp >= 1 && pp >= 1 && dp >= 0, "parallel sizes must be positive (dp=", dp, " tp=", tp,
-               " pp=", pp, ")");
+  STRATA_CHECK(tp >= 1 && pp >= 1 && dp >= 0, "parallel sizes must be positive (dp=", dp,
+               " tp=", tp, " pp=", pp, ")");
   STRATA_CHECK(world % (tp * pp) == 0, "world size ", world, " is not divisible by tp*pp=", tp, "*",
                pp, "=", tp * pp, "; choose tp and pp whose product divides ", world,
                " (divisors: ", divisors(world), ")");
@@ -39,10 +43,14 @@ ParallelDims::ParallelDims(int64_t dp, int64_t tp, int64_t pp, int64_t world)
 
 int64_t ParallelDims::size(Axis axis) const {
   switch (axis) {
-    case Axis::kWorld: return world();
-    case Axis::kDp: return dp_;
-    case Axis::kTp: return tp_;
-    case Axis::kPp: return pp_;
+    case Axis::kWorld:
+      return world();
+    case Axis::kDp:
+      return dp_;
+    case Axis::kTp:
+      return tp_;
+    case Axis::kPp:
+      return pp_;
   }
   return 1;
 }
@@ -60,10 +68,14 @@ Coord ParallelDims::coord_of(int64_t rank) const {
 int64_t ParallelDims::index(Axis axis, int64_t rank) const {
   Coord c = coord_of(rank);
   switch (axis) {
-    case Axis::kWorld: return rank;
-    case Axis::kDp: return c.dp;
-    case Axis::kTp: return c.tp;
-    case Axis::kPp: return c.pp;
+    case Axis::kWorld:
+      return rank;
+    case Axis::kDp:
+      return c.dp;
+    case Axis::kTp:
+      return c.tp;
+    case Axis::kPp:
+      return c.pp;
   }
   return 0;
 }

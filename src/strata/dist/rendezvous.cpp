@@ -64,8 +64,9 @@ int64_t probe_port(const std::string& addr, int64_t port) {
   freeaddrinfo(res);
   if (err) {
     close(fd);
-    STRATA_CHECK(err != EADDRINUSE, "master port ", port, " on ", addr,
-                 " is already in use; choose another with --master-port P or use --master-port auto");
+    STRATA_CHECK(
+        err != EADDRINUSE, "master port ", port, " on ", addr,
+        " is already in use; choose another with --master-port P or use --master-port auto");
     STRATA_FAIL("cannot bind ", addr, ":", port, ": ", std::strerror(err),
                 "; check --master-addr names this machine");
   }
@@ -78,7 +79,8 @@ int64_t probe_port(const std::string& addr, int64_t port) {
   return out;
 }
 
-c10::intrusive_ptr<c10d::Store> create_store(const WorldInfo& info, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Store> create_store(const WorldInfo& info,
+                                             std::chrono::milliseconds timeout) {
   if (info.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   STRATA_CHECK(info.master_port != 0, "MASTER_PORT=0 with ", info.world_size,
                " ranks: only a launcher can pick a shared free port; use strata launch "
@@ -94,13 +96,15 @@ c10::intrusive_ptr<c10d::Store> create_store(const WorldInfo& info, std::chrono:
   } catch (const std::exception& e) {
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
-    if (info.rank == 0 && (msg.find("in use") != std::string::npos ||
-                           msg.find("EADDRINUSE") != std::string::npos)) {
-      STRATA_FAIL("master port ", info.master_port, " on ", info.master_addr,
-                  " is already in use; choose another with --master-port P or use --master-port auto");
+    if (info.rank == 0 &&
+        (msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos)) {
+      STRATA_FAIL(
+          "master port ", info.master_port, " on ", info.master_addr,
+          " is already in use; choose another with --master-port P or use --master-port auto");
     }
     STRATA_FAIL("rendezvous at ", info.master_addr, ":", info.master_port, " failed on rank ",
-                info.rank, ": ", msg, "; check that rank 0 is running and the address is reachable");
+                info.rank, ": ", msg,
+                "; check that rank 0 is running and the address is reachable");
   }
 }
 

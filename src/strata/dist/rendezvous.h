@@ -24,7 +24,8 @@ WorldInfo world_from_env();
 // The c10d store every rank meets at: a TCPStore served by rank 0 on
 // MASTER_ADDR:MASTER_PORT, or an in-process HashStore for a single process.
 // A port already in use is a one-line user error.
-c10::intrusive_ptr<c10d::Store> create_store(const WorldInfo& info, std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d::Store> create_store(const WorldInfo& info,
+                                             std::chrono::milliseconds timeout);
 
 // Binds a TCP socket to addr:port (port 0: any free port) and returns the port;
 // a port in use is a user error. The socket is closed again.

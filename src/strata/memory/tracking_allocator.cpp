@@ -10,13 +10,20 @@ namespace strata {
 
 const char* category_name(Category c) {
   switch (c) {
-    case Category::kParameters: return "parameters";
-    case Category::kGradients: return "gradients";
-    case Category::kOptimizer: return "optimizer";
-    case Category::kActivations: return "activations";
-    case Category::kCommBuffers: return "comm_buffers";
-    case Category::kOther: return "other";
-    default: return "?";
+    case Category::kParameters:
+      return "parameters";
+    case Category::kGradients:
+      return "gradients";
+    case Category::kOptimizer:
+      return "optimizer";
+    case Category::kActivations:
+      return "activations";
+    case Category::kCommBuffers:
+      return "comm_buffers";
+    case Category::kOther:
+      return "other";
+    default:
+      return "?";
   }
 }
 
@@ -104,7 +111,9 @@ void install_tracking_allocator() {
   c10::SetCPUAllocator(&alloc, /*priority=*/100);
 }
 
-bool tracking_allocator_installed() { return g_installed.load(); }
+bool tracking_allocator_installed() {
+  return g_installed.load();
+}
 
 MemoryScope::MemoryScope(Category c) : prev_(t_category), main_(t_is_main) {
   t_category = static_cast<int>(c);

@@ -30,8 +30,8 @@ Category current_category();
 
 struct MemoryStats {
   CategoryBytes current{};
-  CategoryBytes peak{};          // each category's own peak
-  int64_t total = 0;             // current, all categories
+  CategoryBytes peak{};  // each category's own peak
+  int64_t total = 0;     // current, all categories
   int64_t total_peak = 0;
   CategoryBytes at_total_peak{};  // the breakdown at the moment of the total peak
 };

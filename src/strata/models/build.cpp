@@ -7,10 +7,14 @@ namespace strata {
 
 std::shared_ptr<Model> build_model(const ModelSpec& spec) {
   switch (spec.family) {
-    case Family::kGpt: return std::make_shared<Gpt>(spec);
-    case Family::kBert: return std::make_shared<Bert>(spec);
-    case Family::kResNet: return std::make_shared<ResNet>(spec);
-    case Family::kMlp: return std::make_shared<Mlp>(spec);
+    case Family::kGpt:
+      return std::make_shared<Gpt>(spec);
+    case Family::kBert:
+      return std::make_shared<Bert>(spec);
+    case Family::kResNet:
+      return std::make_shared<ResNet>(spec);
+    case Family::kMlp:
+      return std::make_shared<Mlp>(spec);
   }
   return nullptr;
 }

@@ -28,7 +28,9 @@ std::vector<std::string> flavour_names() {
   return out;
 }
 
-bool is_language_model(Family f) { return f == Family::kGpt || f == Family::kBert; }
+bool is_language_model(Family f) {
+  return f == Family::kGpt || f == Family::kBert;
+}
 
 ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data) {
   ModelSpec s;
@@ -45,14 +47,16 @@ ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data) {
     s.type_vocab = f.family == Family::kBert ? 2 : 0;
     s.dropout = cfg.dropout;
     s.tied_embedding = cfg.tied_embedding;
-    STRATA_CHECK(s.d_model % s.n_head == 0, "model.d_model=", s.d_model, " is not divisible by n_head=",
-                 s.n_head, "; choose d_model as a multiple of n_head");
+    STRATA_CHECK(s.d_model % s.n_head == 0, "model.d_model=", s.d_model,
+                 " is not divisible by n_head=", s.n_head,
+                 "; choose d_model as a multiple of n_head");
     return s;
   }
   if (cfg.flavour == "resnet-18" || cfg.flavour == "resnet-50" || cfg.flavour == "mlp") {
     s.family = cfg.flavour == "mlp" ? Family::kMlp : Family::kResNet;
     s.bottleneck = cfg.flavour == "resnet-50";
-    s.resnet_layers = s.bottleneck ? std::vector<int64_t>{3, 4, 6, 3} : std::vector<int64_t>{2, 2, 2, 2};
+    s.resnet_layers =
+        s.bottleneck ? std::vector<int64_t>{3, 4, 6, 3} : std::vector<int64_t>{2, 2, 2, 2};
     int64_t def_image = s.family == Family::kMlp ? 28 : 224;
     s.image_size = pick(data.image_size, def_image);
     s.in_channels = pick(data.in_channels, s.family == Family::kMlp ? 1 : 3);

@@ -27,14 +27,16 @@ Gpt::Gpt(const ModelSpec& spec) : spec_(spec) {
   }
   ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({spec.d_model})));
   if (!spec.tied_embedding) {
-    lm_head = register_module("lm_head", nn::Linear(nn::LinearOptions(spec.d_model, spec.vocab_size).bias(false)));
+    lm_head = register_module(
+        "lm_head", nn::Linear(nn::LinearOptions(spec.d_model, spec.vocab_size).bias(false)));
   }
   init_transformer_weights(*this, spec.n_layer);
 }
 
 at::Tensor Gpt::embed(const Batch& b) {
   const int64_t T = b.input.size(1);
-  STRATA_CHECK(T <= spec_.seq_len, "sequence of ", T, " tokens exceeds model.seq_len=", spec_.seq_len);
+  STRATA_CHECK(T <= spec_.seq_len, "sequence of ", T,
+               " tokens exceeds model.seq_len=", spec_.seq_len);
   at::Tensor positions = at::arange(T, b.input.options());
   return drop->forward(wte->forward(b.input) + wpe->forward(positions));  // (B, T, C)
 }
@@ -58,7 +60,8 @@ Bert::Bert(const ModelSpec& spec) : spec_(spec) {
   word = register_module("word", nn::Embedding(spec.vocab_size, spec.d_model));
   pos = register_module("pos", nn::Embedding(spec.seq_len, spec.d_model));
   type = register_module("type", nn::Embedding(spec.type_vocab, spec.d_model));
-  ln_emb = register_module("ln_emb", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
+  ln_emb =
+      register_module("ln_emb", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
   drop = register_module("drop", nn::Dropout(spec.dropout));
   for (int64_t i = 0; i < spec.n_layer; ++i) {
     blocks_.push_back(register_module(
@@ -67,17 +70,20 @@ Bert::Bert(const ModelSpec& spec) : spec_(spec) {
   }
   pooler = register_module("pooler", nn::Linear(spec.d_model, spec.d_model));
   mlm_dense = register_module("mlm_dense", nn::Linear(spec.d_model, spec.d_model));
-  mlm_ln = register_module("mlm_ln", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
+  mlm_ln =
+      register_module("mlm_ln", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
   mlm_bias = register_parameter("mlm_bias", at::zeros({spec.vocab_size}));
   init_transformer_weights(*this, spec.n_layer);
 }
 
 at::Tensor Bert::embed(const Batch& b) {
   const int64_t T = b.input.size(1);
-  STRATA_CHECK(T <= spec_.seq_len, "sequence of ", T, " tokens exceeds model.seq_len=", spec_.seq_len);
+  STRATA_CHECK(T <= spec_.seq_len, "sequence of ", T,
+               " tokens exceeds model.seq_len=", spec_.seq_len);
   at::Tensor positions = at::arange(T, b.input.options());
   at::Tensor types = b.token_type.defined() ? b.token_type : at::zeros_like(b.input);
-  return drop->forward(ln_emb->forward(word->forward(b.input) + pos->forward(positions) + type->forward(types)));
+  return drop->forward(
+      ln_emb->forward(word->forward(b.input) + pos->forward(positions) + type->forward(types)));
 }
 
 at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {

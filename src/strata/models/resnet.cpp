@@ -19,7 +19,11 @@ double conv_flops(int64_t in, int64_t out, int64_t k, int64_t out_hw) {
 }  // namespace
 
 ResidualBlock::ResidualBlock(int64_t in, int64_t width, int64_t stride, bool bottleneck)
-    : in_(in), width_(width), out_(bottleneck ? width * 4 : width), stride_(stride), bottleneck_(bottleneck) {
+    : in_(in),
+      width_(width),
+      out_(bottleneck ? width * 4 : width),
+      stride_(stride),
+      bottleneck_(bottleneck) {
   body = nn::Sequential();
   if (bottleneck) {
     body->push_back(conv(in, width, 1, 1));
@@ -53,7 +57,8 @@ double ResidualBlock::forward_flops(int64_t in_hw) const {
   const int64_t o = (in_hw + stride_ - 1) / stride_;
   double f = 0;
   if (bottleneck_) {
-    f = conv_flops(in_, width_, 1, in_hw) + conv_flops(width_, width_, 3, o) + conv_flops(width_, out_, 1, o);
+    f = conv_flops(in_, width_, 1, in_hw) + conv_flops(width_, width_, 3, o) +
+        conv_flops(width_, out_, 1, o);
   } else {
     f = conv_flops(in_, width_, 3, o) + conv_flops(width_, width_, 3, o);
   }
@@ -91,11 +96,14 @@ ResNet::ResNet(const ModelSpec& spec) : small_stem_(spec.image_size < 64) {
   // He init for convolutions; BatchNorm weight 1, bias 0 (the defaults).
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
-    if (auto* c = m->as<nn::Conv2d>()) nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    if (auto* c = m->as<nn::Conv2d>())
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
   }
 }
 
-at::Tensor ResNet::embed(const Batch& b) { return stem->forward(b.input); }
+at::Tensor ResNet::embed(const Batch& b) {
+  return stem->forward(b.input);
+}
 
 at::Tensor ResNet::head_loss(const at::Tensor& x, const Batch& b) {
   at::Tensor pooled = x.mean({2, 3});  // (B, C)
@@ -111,12 +119,15 @@ Mlp::Mlp(const ModelSpec& spec) {
     at::Tensor forward(const at::Tensor& x) override { return x + at::gelu(lin->forward(x)); }
   };
   for (int64_t i = 0; i < spec.n_layer; ++i)
-    blocks_.push_back(register_module("block" + std::to_string(i), std::make_shared<Layer>(spec.hidden)));
+    blocks_.push_back(
+        register_module("block" + std::to_string(i), std::make_shared<Layer>(spec.hidden)));
   out = register_module("out", nn::Linear(spec.hidden, spec.num_classes));
   n_params_ = num_parameters();
 }
 
-at::Tensor Mlp::embed(const Batch& b) { return at::gelu(in->forward(b.input.flatten(1))); }
+at::Tensor Mlp::embed(const Batch& b) {
+  return at::gelu(in->forward(b.input.flatten(1)));
+}
 
 at::Tensor Mlp::head_loss(const at::Tensor& x, const Batch& b) {
   return at::cross_entropy_loss(out->forward(x), b.target);

@@ -32,7 +32,8 @@ at::ScalarType dtype_from(const std::string& s) {
   for (auto t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt, at::kByte,
                  at::kChar, at::kBool, at::kShort})
     if (s == c10::toString(t)) return t;
-  STRATA_FAIL("checkpoint holds a tensor of unknown dtype ", s, "; it was written by a newer Strata");
+  STRATA_FAIL("checkpoint holds a tensor of unknown dtype ", s,
+              "; it was written by a newer Strata");
 }
 
 void fsync_path(const std::string& path) {
@@ -68,7 +69,8 @@ void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorP
   write_file_atomic(base + ".json", index.dump(1));
 }
 
-void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta, int64_t keep) {
+void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta,
+                         int64_t keep) {
   const std::string final_dir = root + "/" + checkpoint_dir_name(step);
   const std::string tmp = final_dir + ".tmp";
   write_file_atomic(tmp + "/meta.json", meta.dump(1));
@@ -85,13 +87,15 @@ void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::
     if (name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) done.push_back(name);
   }
   std::sort(done.begin(), done.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep) < done.size(); ++i) fs::remove_all(root + "/" + done[i], ec);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < done.size(); ++i)
+    fs::remove_all(root + "/" + done[i], ec);
 }
 
 std::string resolve_checkpoint(const std::string& root, const std::string& spec) {
   if (spec != "latest") {
-    STRATA_CHECK(fs::exists(spec + "/meta.json"), "checkpoint.resume=", spec,
-                 " is not a finished checkpoint (no meta.json); give a step-N directory or 'latest'");
+    STRATA_CHECK(
+        fs::exists(spec + "/meta.json"), "checkpoint.resume=", spec,
+        " is not a finished checkpoint (no meta.json); give a step-N directory or 'latest'");
     return spec;
   }
   if (!fs::exists(root + "/latest")) return "";
@@ -114,7 +118,9 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   }
 }
 
-bool CheckpointReader::has(const std::string& name) const { return entries_.count(name) > 0; }
+bool CheckpointReader::has(const std::string& name) const {
+  return entries_.count(name) > 0;
+}
 
 std::vector<int64_t> CheckpointReader::global_shape(const std::string& name) const {
   auto it = entries_.find(name);
@@ -123,11 +129,13 @@ std::vector<int64_t> CheckpointReader::global_shape(const std::string& name) con
   return it->second.global_shape;
 }
 
-void CheckpointReader::read(const std::string& name, at::Tensor out, const std::vector<int64_t>& offsets) const {
+void CheckpointReader::read(const std::string& name, at::Tensor out,
+                            const std::vector<int64_t>& offsets) const {
   auto range = entries_.equal_range(name);
   STRATA_CHECK(range.first != range.second, "checkpoint ", dir_, " has no tensor '", name,
                "'; it was written for another model or config");
-  const std::vector<int64_t> want_off = offsets.empty() ? std::vector<int64_t>(out.dim(), 0) : offsets;
+  const std::vector<int64_t> want_off =
+      offsets.empty() ? std::vector<int64_t>(out.dim(), 0) : offsets;
   int64_t covered = 0;
   for (auto it = range.first; it != range.second; ++it) {
     const Entry& e = it->second;
@@ -164,8 +172,8 @@ void CheckpointReader::read(const std::string& name, at::Tensor out, const std::
     for (auto l : len) n *= l;
     covered += n;
   }
-  STRATA_CHECK(covered == out.numel(), "checkpoint ", dir_, " covers ", covered, " of the ", out.numel(),
-               " elements wanted of '", name, "'; shards are missing");
+  STRATA_CHECK(covered == out.numel(), "checkpoint ", dir_, " covers ", covered, " of the ",
+               out.numel(), " elements wanted of '", name, "'; shards are missing");
 }
 
 }  // namespace strata

@@ -30,7 +30,8 @@ std::string checkpoint_dir_name(int64_t step);
 void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorPiece>& pieces);
 // Rank 0, after every shard is written: meta.json, rename dir.tmp -> dir, update
 // <root>/latest, and delete all but the newest `keep` checkpoints.
-void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta, int64_t keep);
+void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta,
+                         int64_t keep);
 // "latest" under root (or "" when there is none); a path is returned as it is.
 std::string resolve_checkpoint(const std::string& root, const std::string& spec);
 
@@ -41,7 +42,8 @@ class CheckpointReader {
   bool has(const std::string& name) const;
   // Fills `out` (shaped like the region) with the global region starting at
   // offsets (empty: the whole tensor), from all overlapping pieces; checks CRCs.
-  void read(const std::string& name, at::Tensor out, const std::vector<int64_t>& offsets = {}) const;
+  void read(const std::string& name, at::Tensor out,
+            const std::vector<int64_t>& offsets = {}) const;
   std::vector<int64_t> global_shape(const std::string& name) const;
 
  private:

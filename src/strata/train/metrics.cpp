@@ -28,9 +28,11 @@ std::string format_duration(double s) {
   const auto t = static_cast<int64_t>(s + 0.5);
   char buf[32];
   if (t >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(t / 3600), static_cast<long long>(t % 3600 / 60));
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(t / 3600),
+                  static_cast<long long>(t % 3600 / 60));
   } else if (t >= 60) {
-    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(t / 60),
+                  static_cast<long long>(t % 60));
   } else {
     std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(t));
   }
@@ -60,8 +62,8 @@ void Progress::update(int64_t step, double loss, double tokens_per_s, double lr,
   if (!enabled_) return;
   char buf[256];
   std::snprintf(buf, sizeof(buf), "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s",
-                static_cast<long long>(step), static_cast<long long>(total_), loss, lr, tokens_per_s,
-                format_duration(eta_s).c_str());
+                static_cast<long long>(step), static_cast<long long>(total_), loss, lr,
+                tokens_per_s, format_duration(eta_s).c_str());
   if (live_) {
     std::printf("\r\033[K%s", buf);
     dirty_ = true;

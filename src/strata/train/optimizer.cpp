@@ -6,7 +6,8 @@
 
 namespace strata {
 
-AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions opts) : params_(std::move(params)), opts_(opts) {
+AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions opts)
+    : params_(std::move(params)), opts_(opts) {
   for (auto& p : params_) state_.push_back({at::zeros_like(p.param), at::zeros_like(p.param), 0});
 }
 
@@ -36,7 +37,8 @@ void AdamW::zero_grad() {
 double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, double min_lr) {
   if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   const int64_t decay = std::max<int64_t>(1, total_steps - warmup);
-  const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay));
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay));
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 

@@ -48,10 +48,11 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
                                              : kCpuFlopsPerThread * static_cast<double>(threads_);
 
   const auto device = t.device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  STRATA_CHECK(device == c10::DeviceType::CPU, "training.device=cuda: the CUDA training path lands "
+  STRATA_CHECK(device == c10::DeviceType::CPU,
+               "training.device=cuda: the CUDA training path lands "
                "with the GPU issues; use training.device=cpu");
-  mesh_ = std::make_unique<Mesh>(info, dims, device,
-                                 std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)));
+  mesh_ = std::make_unique<Mesh>(
+      info, dims, device, std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)));
   dp_rank_ = mesh_->coord().dp;
 
   data_ = open_data_source(cfg_);
@@ -61,7 +62,8 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
 
   const int64_t dp = dims.dp();
   micro_ = t.micro_batch_size > 0 ? t.micro_batch_size : t.batch_size / dp;
-  STRATA_CHECK(micro_ > 0 && t.batch_size % (micro_ * dp) == 0, "training.batch_size=", t.batch_size,
+  STRATA_CHECK(micro_ > 0 && t.batch_size % (micro_ * dp) == 0,
+               "training.batch_size=", t.batch_size,
                " must be a multiple of micro_batch_size x dp = ", micro_, " x ", dp,
                "; change batch_size or micro_batch_size");
   accum_ = t.batch_size / (micro_ * dp);
@@ -94,7 +96,8 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   at::manual_seed(static_cast<uint64_t>(t.seed) + 1 + static_cast<uint64_t>(info.rank));
   sampler_ = std::make_unique<DistributedSampler>(data_.train->size(), dp, dp_rank_,
                                                   static_cast<uint64_t>(t.seed));
-  ckpt_root_ = cfg_.checkpoint.dir.empty() ? cfg_.logging.run_dir + "/checkpoints" : cfg_.checkpoint.dir;
+  ckpt_root_ =
+      cfg_.checkpoint.dir.empty() ? cfg_.logging.run_dir + "/checkpoints" : cfg_.checkpoint.dir;
   if (!cfg_.checkpoint.resume.empty()) resume();
 }
 
@@ -104,8 +107,8 @@ void Trainer::print_startup() {
   if (info_.rank != 0) return;
   std::string table = config_table(cfg_);
   log_rank0("strata train: resolved config\n", table);
-  log_rank0("layout      ", mesh_->dims().to_string(), ", ranks from ", info_.source, ", ", threads_,
-            " threads per rank");
+  log_rank0("layout      ", mesh_->dims().to_string(), ", ranks from ", info_.source, ", ",
+            threads_, " threads per rank");
   log_rank0("model       ", spec_.flavour, ": ", model_->num_parameters(), " parameters, ",
             model_->num_blocks(), " blocks");
   log_rank0("data        ", data_.description, ": ", data_.train->size(), " train samples");
@@ -162,7 +165,8 @@ double Trainer::evaluate() {
     const auto begin = static_cast<size_t>(b * micro_);
     if (begin + static_cast<size_t>(micro_) > idx.size()) break;
     MemoryScope scope(Category::kActivations);
-    std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin), idx.begin() + static_cast<int64_t>(begin) + micro_);
+    std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin),
+                               idx.begin() + static_cast<int64_t>(begin) + micro_);
     sum += model_->forward_loss(data_.eval->get(chunk)).item<double>();
     ++n;
   }
@@ -192,12 +196,14 @@ void Trainer::save(int64_t step) {
   world.barrier();
   if (info_.rank == 0) {
     auto s = sampler_->state();
-    nlohmann::json meta = {{"format", 1},
-                           {"step", step},
-                           {"sampler", {{"epoch", s.epoch}, {"offset", s.offset}}},
-                           {"layout", {{"dp", mesh_->dims().dp()}, {"tp", mesh_->dims().tp()}, {"pp", mesh_->dims().pp()}}},
-                           {"world_size", info_.world_size},
-                           {"config", config_toml(cfg_)}};
+    nlohmann::json meta = {
+        {"format", 1},
+        {"step", step},
+        {"sampler", {{"epoch", s.epoch}, {"offset", s.offset}}},
+        {"layout",
+         {{"dp", mesh_->dims().dp()}, {"tp", mesh_->dims().tp()}, {"pp", mesh_->dims().pp()}}},
+        {"world_size", info_.world_size},
+        {"config", config_toml(cfg_)}};
     finalize_checkpoint(ckpt_root_, step, meta, cfg_.checkpoint.keep);
   }
   world.barrier();
@@ -213,9 +219,9 @@ void Trainer::resume() {
   const auto& layout = r.meta()["layout"];
   STRATA_CHECK(layout["dp"] == mesh_->dims().dp() && layout["tp"] == mesh_->dims().tp() &&
                    layout["pp"] == mesh_->dims().pp(),
-               "checkpoint ", dir, " was written with dp=", layout["dp"].dump(), " tp=", layout["tp"].dump(),
-               " pp=", layout["pp"].dump(), " but this run is ", mesh_->dims().to_string(),
-               "; resume with the same layout");
+               "checkpoint ", dir, " was written with dp=", layout["dp"].dump(),
+               " tp=", layout["tp"].dump(), " pp=", layout["pp"].dump(), " but this run is ",
+               mesh_->dims().to_string(), "; resume with the same layout");
   auto& st = opt_->state();
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& name = params_[i].name;
@@ -256,27 +262,31 @@ TrainSummary Trainer::run() {
     reset_memory_peaks();
     auto t0 = std::chrono::steady_clock::now();
     const double loss = train_step(step);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const MemoryStats mem = memory_stats();
     const CommTotals comm = CommStats::get().take();
     out.losses.push_back(loss);
     STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1,
                  "; lower training.lr or raise training.warmup_steps");
     const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-    const double eta = elapsed / static_cast<double>(step + 1 - start_step_) * static_cast<double>(t.steps - step - 1);
-    nlohmann::json rec = {{"step", step + 1},
-                          {"loss", loss},
-                          {"lr", lr},
-                          {"step_ms", secs * 1000},
-                          {"tokens_per_s", tokens_per_step / secs},
-                          {"samples_per_s", static_cast<double>(t.batch_size) / secs},
-                          {"mfu", flops_per_step / secs / (peak_flops_ * static_cast<double>(info_.world_size))},
-                          {"comm_ms", comm.ms},
-                          {"comm_bytes", comm.bytes},
-                          {"mem_peak", category_json(mem.peak)},
-                          {"mem_peak_total", mem.total_peak},
-                          {"mem_at_peak", category_json(mem.at_total_peak)}};
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    const double eta = elapsed / static_cast<double>(step + 1 - start_step_) *
+                       static_cast<double>(t.steps - step - 1);
+    nlohmann::json rec = {
+        {"step", step + 1},
+        {"loss", loss},
+        {"lr", lr},
+        {"step_ms", secs * 1000},
+        {"tokens_per_s", tokens_per_step / secs},
+        {"samples_per_s", static_cast<double>(t.batch_size) / secs},
+        {"mfu", flops_per_step / secs / (peak_flops_ * static_cast<double>(info_.world_size))},
+        {"comm_ms", comm.ms},
+        {"comm_bytes", comm.bytes},
+        {"mem_peak", category_json(mem.peak)},
+        {"mem_peak_total", mem.total_peak},
+        {"mem_at_peak", category_json(mem.at_total_peak)}};
     const bool last = step + 1 == t.steps;
     if (t.eval_interval > 0 && ((step + 1) % t.eval_interval == 0 || last)) {
       const double ev = evaluate();
@@ -286,7 +296,8 @@ TrainSummary Trainer::run() {
     }
     if (log) log->write(rec);
     progress.update(step + 1, loss, tokens_per_step / secs, lr, eta);
-    const bool periodic = cfg_.checkpoint.interval > 0 && (step + 1) % cfg_.checkpoint.interval == 0;
+    const bool periodic =
+        cfg_.checkpoint.interval > 0 && (step + 1) % cfg_.checkpoint.interval == 0;
     if (periodic || (last && cfg_.checkpoint.save_final)) {
       save(step + 1);
       out.checkpoint_dir = ckpt_root_ + "/" + checkpoint_dir_name(step + 1);

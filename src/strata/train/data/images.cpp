@@ -21,7 +21,8 @@ namespace {
 
 std::string read_gz_or_plain(const std::string& base) {
   std::string path = std::filesystem::exists(base + ".gz") ? base + ".gz" : base;
-  STRATA_CHECK(std::filesystem::exists(path), "Fashion-MNIST file ", base, "(.gz) not found; install "
+  STRATA_CHECK(std::filesystem::exists(path), "Fashion-MNIST file ", base,
+               "(.gz) not found; install "
                "Debian's dataset-fashion-mnist (scripts/setup.sh does it) or set data.path to the "
                "folder with the IDX files");
   gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
@@ -48,7 +49,8 @@ std::shared_ptr<ImageDataset> load_fashion_mnist(const std::string& dir, const s
                "Fashion-MNIST files in ", dir, " are not IDX image/label files; reinstall them");
   const int64_t n = be32(img, 4), h = be32(img, 8), w = be32(img, 12);
   STRATA_CHECK(be32(lab, 4) == static_cast<uint32_t>(n) &&
-                   img.size() >= 16 + static_cast<size_t>(n * h * w) && lab.size() >= 8 + static_cast<size_t>(n),
+                   img.size() >= 16 + static_cast<size_t>(n * h * w) &&
+                   lab.size() >= 8 + static_cast<size_t>(n),
                "Fashion-MNIST ", split, " files in ", dir, " are truncated; reinstall them");
   at::Tensor pixels = at::from_blob(img.data() + 16, {n, 1, h, w}, at::kByte).to(at::kFloat);
   at::Tensor labels = at::from_blob(lab.data() + 8, {n}, at::kByte).to(at::kLong);
@@ -57,8 +59,8 @@ std::shared_ptr<ImageDataset> load_fashion_mnist(const std::string& dir, const s
   return std::make_shared<ImageDataset>(pixels, labels);
 }
 
-std::shared_ptr<SyntheticDataset> SyntheticDataset::tokens(int64_t size, int64_t seq_len, int64_t vocab,
-                                                           uint64_t seed) {
+std::shared_ptr<SyntheticDataset> SyntheticDataset::tokens(int64_t size, int64_t seq_len,
+                                                           int64_t vocab, uint64_t seed) {
   auto d = std::make_shared<SyntheticDataset>();
   d->size_ = size;
   d->seq_len_ = seq_len;
@@ -68,8 +70,9 @@ std::shared_ptr<SyntheticDataset> SyntheticDataset::tokens(int64_t size, int64_t
   return d;
 }
 
-std::shared_ptr<SyntheticDataset> SyntheticDataset::images(int64_t size, int64_t channels, int64_t hw,
-                                                           int64_t classes, uint64_t seed) {
+std::shared_ptr<SyntheticDataset> SyntheticDataset::images(int64_t size, int64_t channels,
+                                                           int64_t hw, int64_t classes,
+                                                           uint64_t seed) {
   auto d = std::make_shared<SyntheticDataset>();
   d->size_ = size;
   d->channels_ = channels;
@@ -83,7 +86,8 @@ std::shared_ptr<SyntheticDataset> SyntheticDataset::images(int64_t size, int64_t
 Batch SyntheticDataset::get(const std::vector<int64_t>& indices) const {
   std::vector<at::Tensor> xs, ys;
   for (int64_t i : indices) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ull + static_cast<uint64_t>(i));
+    auto gen =
+        at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ull + static_cast<uint64_t>(i));
     if (tokens_) {
       xs.push_back(at::randint(vocab_, {seq_len_ + 1}, gen));
     } else {

@@ -24,8 +24,10 @@ std::shared_ptr<ImageDataset> load_fashion_mnist(const std::string& dir, const s
 // Seeded random samples for benchmarks: each sample is a pure function of (seed, index).
 class SyntheticDataset : public Dataset {
  public:
-  // Language model: tokens in [0, vocab) of seq_len + 1. Images: C x H x W normal noise, label in [0, classes).
-  static std::shared_ptr<SyntheticDataset> tokens(int64_t size, int64_t seq_len, int64_t vocab, uint64_t seed);
+  // Language model: tokens in [0, vocab) of seq_len + 1. Images: C x H x W normal noise, label in
+  // [0, classes).
+  static std::shared_ptr<SyntheticDataset> tokens(int64_t size, int64_t seq_len, int64_t vocab,
+                                                  uint64_t seed);
   static std::shared_ptr<SyntheticDataset> images(int64_t size, int64_t channels, int64_t hw,
                                                   int64_t classes, uint64_t seed);
   int64_t size() const override { return size_; }

@@ -12,7 +12,8 @@ namespace strata {
 // the permutation: a dp run sees the same global batch as one process.
 class DistributedSampler {
  public:
-  DistributedSampler(int64_t size, int64_t replicas, int64_t rank, uint64_t seed, bool shuffle = true);
+  DistributedSampler(int64_t size, int64_t replicas, int64_t rank, uint64_t seed,
+                     bool shuffle = true);
 
   int64_t per_replica() const { return per_replica_; }
   // This replica's indices for an epoch, in order.

@@ -55,8 +55,8 @@ void build_datasets(DataSource& src, const Config& cfg, const ModelSpec& spec) {
     src.train = std::make_shared<TokenDataset>(tokens, 0, split, spec.seq_len, mlm, spec.vocab_size,
                                                tok.mask_id(), seed);
     if (d.eval_fraction > 0)
-      src.eval = std::make_shared<TokenDataset>(tokens, split, n, spec.seq_len, mlm, spec.vocab_size,
-                                                tok.mask_id(), seed + 1);
+      src.eval = std::make_shared<TokenDataset>(tokens, split, n, spec.seq_len, mlm,
+                                                spec.vocab_size, tok.mask_id(), seed + 1);
     src.description += c10::str(" (", n, " tokens, vocabulary ", src.shape.vocab_size, ")");
   } else if (d.source == "fashion-mnist") {
     STRATA_CHECK(!lm, "data.source=fashion-mnist holds images but model.flavour=", spec.flavour,
@@ -70,7 +70,8 @@ void build_datasets(DataSource& src, const Config& cfg, const ModelSpec& spec) {
   } else {
     src.train = SyntheticDataset::images(kSyntheticSize, spec.in_channels, spec.image_size,
                                          spec.num_classes, seed);
-    src.eval = SyntheticDataset::images(4096, spec.in_channels, spec.image_size, spec.num_classes, seed + 1);
+    src.eval = SyntheticDataset::images(4096, spec.in_channels, spec.image_size, spec.num_classes,
+                                        seed + 1);
   }
 }
 

@@ -76,11 +76,14 @@ TokenDataset::TokenDataset(std::shared_ptr<const std::vector<int32_t>> tokens, i
       masked_lm_(masked_lm),
       mask_id_(mask_id),
       seed_(seed) {
-  STRATA_CHECK(size() > 0, "the text split has ", end - begin, " tokens, too few for one sequence of ",
-               seq_len + 1, "; use a larger corpus or a smaller model.seq_len");
+  STRATA_CHECK(size() > 0, "the text split has ", end - begin,
+               " tokens, too few for one sequence of ", seq_len + 1,
+               "; use a larger corpus or a smaller model.seq_len");
 }
 
-int64_t TokenDataset::size() const { return (end_ - begin_ - 1) / seq_len_; }
+int64_t TokenDataset::size() const {
+  return (end_ - begin_ - 1) / seq_len_;
+}
 
 Batch TokenDataset::get(const std::vector<int64_t>& indices) const {
   const auto B = static_cast<int64_t>(indices.size());
@@ -88,7 +91,8 @@ Batch TokenDataset::get(const std::vector<int64_t>& indices) const {
   auto* w = window.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t start = begin_ + indices[static_cast<size_t>(b)] * seq_len_;
-    for (int64_t t = 0; t <= seq_len_; ++t) w[b * (seq_len_ + 1) + t] = (*tokens_)[static_cast<size_t>(start + t)];
+    for (int64_t t = 0; t <= seq_len_; ++t)
+      w[b * (seq_len_ + 1) + t] = (*tokens_)[static_cast<size_t>(start + t)];
   }
   Batch out;
   if (!masked_lm_) {
@@ -99,7 +103,8 @@ Batch TokenDataset::get(const std::vector<int64_t>& indices) const {
   at::Tensor input = window.narrow(1, 0, seq_len_).contiguous();
   at::Tensor target = at::full({B, seq_len_}, -100, at::kLong);
   for (int64_t b = 0; b < B; ++b) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ull + static_cast<uint64_t>(indices[static_cast<size_t>(b)]));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(
+        seed_ * 1000003ull + static_cast<uint64_t>(indices[static_cast<size_t>(b)]));
     at::Tensor u = at::rand({seq_len_, 2}, gen);
     at::Tensor rnd = at::randint(vocab_size_, {seq_len_}, gen);
     auto* ui = input[b].data_ptr<int64_t>();
