@@ -83,3 +83,22 @@ TEST(Training, BadInputIsOneClearLine) {
     EXPECT_EQ(count_lines_with(r.output, "error: "), 1) << c.args << "\n" << r.output;
   }
 }
+
+TEST(Training, OtherFamiliesLearn) {
+  // MLP on Fashion-MNIST (Debian's IDX files) and the masked-LM BERT on the KJV.
+  const std::string mlp = temp_dir("mlp"), bert = temp_dir("bert");
+  auto r = run(
+      train(mlp,
+            "--model.flavour=mlp --data.source=fashion-mnist --training.steps=40 "
+            "--training.batch_size=64 --training.eval_interval=0 --checkpoint.save_final=false"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto l = read_losses(mlp + "/metrics.jsonl");
+  EXPECT_NEAR(l.front(), std::log(10.0), 0.3);
+  EXPECT_LT(l.back(), 1.2) << r.output;
+  r = run(train(bert,
+                "--model.flavour=bert-debug --training.steps=20 --training.eval_interval=0 "
+                "--checkpoint.save_final=false"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  l = read_losses(bert + "/metrics.jsonl");
+  EXPECT_LT(l.back(), l.front() - 0.5) << r.output;
+}

@@ -10,6 +10,15 @@ namespace strata {
 
 namespace nn = torch::nn;
 
+namespace {
+// 0..T-1 for the batch's sequence length, which must fit the learned positions.
+at::Tensor position_ids(const Batch& b, int64_t seq_len) {
+  const int64_t T = b.input.size(1);
+  STRATA_CHECK(T <= seq_len, "sequence of ", T, " tokens exceeds model.seq_len=", seq_len);
+  return at::arange(T, b.input.options());
+}
+}  // namespace
+
 double transformer_flops_per_token(const ModelSpec& s) {
   const double d = static_cast<double>(s.d_model), L = static_cast<double>(s.n_layer);
   const double n = L * 12.0 * d * d + d * static_cast<double>(s.vocab_size);
@@ -34,10 +43,7 @@ Gpt::Gpt(const ModelSpec& spec) : spec_(spec) {
 }
 
 at::Tensor Gpt::embed(const Batch& b) {
-  const int64_t T = b.input.size(1);
-  STRATA_CHECK(T <= spec_.seq_len, "sequence of ", T,
-               " tokens exceeds model.seq_len=", spec_.seq_len);
-  at::Tensor positions = at::arange(T, b.input.options());
+  at::Tensor positions = position_ids(b, spec_.seq_len);
   return drop->forward(wte->forward(b.input) + wpe->forward(positions));  // (B, T, C)
 }
 
@@ -77,10 +83,7 @@ Bert::Bert(const ModelSpec& spec) : spec_(spec) {
 }
 
 at::Tensor Bert::embed(const Batch& b) {
-  const int64_t T = b.input.size(1);
-  STRATA_CHECK(T <= spec_.seq_len, "sequence of ", T,
-               " tokens exceeds model.seq_len=", spec_.seq_len);
-  at::Tensor positions = at::arange(T, b.input.options());
+  at::Tensor positions = position_ids(b, spec_.seq_len);
   at::Tensor types = b.token_type.defined() ? b.token_type : at::zeros_like(b.input);
   return drop->forward(
       ln_emb->forward(word->forward(b.input) + pos->forward(positions) + type->forward(types)));

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/core/logging.h"
+#include "strata/memory/device_stats.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
 #include "strata/train/checkpoint.h"
@@ -48,9 +51,16 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
                                              : kCpuFlopsPerThread * static_cast<double>(threads_);
 
   const auto device = t.device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  STRATA_CHECK(device == c10::DeviceType::CPU,
-               "training.device=cuda: the CUDA training path lands "
-               "with the GPU issues; use training.device=cpu");
+  if (device == c10::DeviceType::CUDA) {
+    STRATA_CHECK(
+        torch::cuda::is_available(),
+        "training.device=cuda but no CUDA device is usable "
+        "(no GPU, or a CPU build: rebuild with -DSTRATA_CUDA=ON); use training.device=cpu");
+    const auto index = static_cast<c10::DeviceIndex>(
+        info.local_rank % static_cast<int64_t>(torch::cuda::device_count()));
+    device_ = at::Device(c10::DeviceType::CUDA, index);
+    c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device_);
+  }
   mesh_ = std::make_unique<Mesh>(
       info, dims, device, std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)));
   dp_rank_ = mesh_->coord().dp;
@@ -74,6 +84,7 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   {
     MemoryScope scope(Category::kParameters);
     model_ = build_model(spec_);
+    model_->to(device_);
   }
   for (auto& item : model_->named_parameters()) params_.push_back({item.key(), item.value()});
   {
@@ -124,12 +135,23 @@ double Trainer::average_over_dp(double v) {
   return t.item<double>() / static_cast<double>(dp.size());
 }
 
+Batch Trainer::to_device(Batch b) const {
+  if (device_.is_cpu()) return b;
+  auto move = [&](at::Tensor& t) {
+    if (t.defined()) t = t.to(device_, /*non_blocking=*/true);
+  };
+  move(b.input);
+  move(b.target);
+  move(b.token_type);
+  return b;
+}
+
 double Trainer::train_step(int64_t step) {
   const auto& t = cfg_.training;
   double loss_sum = 0;
   for (int64_t m = 0; m < accum_; ++m) {
     MemoryScope scope(Category::kActivations);
-    Batch b = data_.train->get(sampler_->next(micro_));
+    Batch b = to_device(data_.train->get(sampler_->next(micro_)));
     at::Tensor loss = model_->forward_loss(b);
     (loss / static_cast<double>(accum_)).backward();
     loss_sum += loss.item<double>();
@@ -167,7 +189,7 @@ double Trainer::evaluate() {
     MemoryScope scope(Category::kActivations);
     std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin),
                                idx.begin() + static_cast<int64_t>(begin) + micro_);
-    sum += model_->forward_loss(data_.eval->get(chunk)).item<double>();
+    sum += model_->forward_loss(to_device(data_.eval->get(chunk))).item<double>();
     ++n;
   }
   model_->train();
@@ -260,6 +282,7 @@ TrainSummary Trainer::run() {
   CommStats::get().take();
   for (int64_t step = start_step_; step < t.steps; ++step) {
     reset_memory_peaks();
+    if (device_.is_cuda()) reset_cuda_peaks(device_.index());
     auto t0 = std::chrono::steady_clock::now();
     const double loss = train_step(step);
     const double secs =
@@ -287,6 +310,12 @@ TrainSummary Trainer::run() {
         {"mem_peak", category_json(mem.peak)},
         {"mem_peak_total", mem.total_peak},
         {"mem_at_peak", category_json(mem.at_total_peak)}};
+    if (auto dev = device_.is_cuda() ? cuda_memory_stats(device_.index()) : std::nullopt) {
+      rec["cuda_mem"] = {{"allocated", dev->allocated},
+                         {"peak_allocated", dev->peak_allocated},
+                         {"reserved", dev->reserved},
+                         {"peak_reserved", dev->peak_reserved}};
+    }
     const bool last = step + 1 == t.steps;
     if (t.eval_interval > 0 && ((step + 1) % t.eval_interval == 0 || last)) {
       const double ev = evaluate();

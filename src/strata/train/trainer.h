@@ -42,6 +42,7 @@ class Trainer {
   void save(int64_t step);
   void resume();
   double average_over_dp(double v);
+  Batch to_device(Batch b) const;
 
   Config cfg_;
   WorldInfo info_;
@@ -54,6 +55,7 @@ class Trainer {
   std::unique_ptr<DistributedSampler> sampler_;
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
+  at::Device device_{at::kCPU};
   std::string ckpt_root_;
 };
 
