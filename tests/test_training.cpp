@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "test_util.h"
 
@@ -101,4 +103,24 @@ TEST(Training, OtherFamiliesLearn) {
   ASSERT_EQ(r.status, 0) << r.output;
   l = read_losses(bert + "/metrics.jsonl");
   EXPECT_LT(l.back(), l.front() - 0.5) << r.output;
+}
+
+TEST(Training, ResumeRestoresBatchNormStatistics) {
+  // Train-mode BatchNorm uses batch statistics, so only evaluation shows whether the
+  // running statistics (buffers, not parameters) came back from the checkpoint.
+  const std::string common =
+      "--model.flavour=resnet-18 --data.source=fashion-mnist --training.steps=4 "
+      "--training.batch_size=8 --training.eval_interval=4 --training.eval_batches=2 ";
+  const std::string a = temp_dir("bn-a"), b = temp_dir("bn-b");
+  ASSERT_EQ(run(train(a, common + "--checkpoint.interval=2")).status, 0);
+  auto r = run(train(b, common + "--checkpoint.resume=" + a + "/checkpoints/step-00000002"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto last_eval = [](const std::string& dir) {
+    std::ifstream in(dir + "/metrics.jsonl");
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    return nlohmann::json::parse(last)["eval_loss"].get<double>();
+  };
+  EXPECT_EQ(last_eval(a), last_eval(b));
 }

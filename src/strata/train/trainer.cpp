@@ -209,6 +209,11 @@ void Trainer::save(int64_t step) {
       pieces.push_back({"optim." + name + ".step", at::full({1}, st[i].step, at::kLong), {}, {}});
     }
   }
+  if (info_.rank == 0) {
+    // BatchNorm running statistics and other buffers: model state that is not a parameter.
+    for (auto& b : model_->named_buffers())
+      pieces.push_back({"buffer." + b.key(), b.value(), {}, {}});
+  }
   at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
   pieces.push_back({"rng.cpu.rank" + std::to_string(info_.rank), rng, {}, {}});
   if (info_.rank == 0) fs::create_directories(tmp);
@@ -254,6 +259,7 @@ void Trainer::resume() {
     r.read("optim." + name + ".step", s);
     st[i].step = s.item<int64_t>();
   }
+  for (auto& b : model_->named_buffers()) r.read("buffer." + b.key(), b.value());
   const std::string rng_name = "rng.cpu.rank" + std::to_string(info_.rank);
   at::Tensor rng = at::empty(r.global_shape(rng_name), at::kByte);
   r.read(rng_name, rng);
