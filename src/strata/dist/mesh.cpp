@@ -1,5 +1,6 @@
 #include "strata/dist/mesh.h"
 
+#include <signal.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "strata/core/errors.h"
@@ -10,6 +11,10 @@ namespace strata {
 Mesh::Mesh(const WorldInfo& info, const ParallelDims& dims, c10::DeviceType device,
            std::chrono::milliseconds timeout)
     : dims_(dims), rank_(info.rank) {
+  // Note [SIGPIPE]: when a peer dies, a write to its socket raises SIGPIPE, which
+  // would kill this rank silently (status 141) before c10d can report anything.
+  // Ignored, the write fails with EPIPE and the collective fails with a message.
+  signal(SIGPIPE, SIG_IGN);
   STRATA_CHECK(dims.world() == info.world_size, "the layout ", dims.to_string(), " needs ",
                dims.world(), " processes but ", info.world_size,
                " were started; change the process count or parallel.dp/tp/pp");
