@@ -30,6 +30,9 @@ RunResult run(const std::string& cmd, double limit_s) {
 std::string strata_bin() {
   return STRATA_BIN;
 }
+std::string ddp_worker_bin() {
+  return DDP_WORKER_BIN;
+}
 std::string comm_worker_bin() {
   return COMM_WORKER_BIN;
 }

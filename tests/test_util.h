@@ -13,6 +13,7 @@ struct RunResult {
 RunResult run(const std::string& cmd, double limit_s = 240);
 std::string strata_bin();
 std::string comm_worker_bin();
+std::string ddp_worker_bin();
 std::string source_dir();
 // A fresh empty directory under the build's temp area.
 std::string temp_dir(const std::string& name);

@@ -56,6 +56,18 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel", "tp", &p.tp},
       {"parallel", "pp", &p.pp},
       {"parallel", "timeout_s", &p.timeout_s},
+      {"parallel", "bucket_cap_mb", &p.bucket_cap_mb},
+      {"parallel", "first_bucket_mb", &p.first_bucket_mb},
+      {"parallel", "find_unused_parameters", &p.find_unused_parameters},
+      {"parallel", "broadcast_buffers", &p.broadcast_buffers},
+      {"parallel", "comm_hook", &p.comm_hook},
+      {"parallel", "powersgd_rank", &p.powersgd_rank},
+      {"parallel", "powersgd_start_iter", &p.powersgd_start_iter},
+      {"parallel", "powersgd_min_compression", &p.powersgd_min_compression},
+      {"parallel", "powersgd_error_feedback", &p.powersgd_error_feedback},
+      {"parallel", "powersgd_warm_start", &p.powersgd_warm_start},
+      {"parallel", "powersgd_orth_eps", &p.powersgd_orth_eps},
+      {"parallel", "powersgd_seed", &p.powersgd_seed},
       {"memory", "track", &me.track},
       {"checkpoint", "dir", &ck.dir},
       {"checkpoint", "interval", &ck.interval},
@@ -279,6 +291,22 @@ void validate_config(const Config& c) {
   STRATA_CHECK(c.parallel.dp >= 0 && c.parallel.tp >= 1 && c.parallel.pp >= 1,
                "parallel.dp must be >= 0 (0: all remaining ranks), tp and pp >= 1");
   STRATA_CHECK(c.parallel.timeout_s > 0, "parallel.timeout_s must be positive");
+  const auto& p = c.parallel;
+  STRATA_CHECK(p.bucket_cap_mb > 0, "parallel.bucket_cap_mb=", p.bucket_cap_mb,
+               " must be positive (25 is PyTorch's default)");
+  STRATA_CHECK(p.first_bucket_mb > 0, "parallel.first_bucket_mb=", p.first_bucket_mb,
+               " must be positive (default 1)");
+  check_one_of("parallel.comm_hook", p.comm_hook, {"none", "fp16", "bf16", "powersgd"});
+  STRATA_CHECK(p.powersgd_rank > 0, "parallel.powersgd_rank=", p.powersgd_rank,
+               " must be positive (1 to 4 is typical)");
+  STRATA_CHECK(p.powersgd_min_compression >= 1,
+               "parallel.powersgd_min_compression=", p.powersgd_min_compression,
+               " must be >= 1 (default 2)");
+  STRATA_CHECK(p.powersgd_orth_eps >= 0, "parallel.powersgd_orth_eps must be >= 0");
+  STRATA_CHECK(p.powersgd_start_iter > 1 || (!p.powersgd_error_feedback && !p.powersgd_warm_start),
+               "parallel.powersgd_start_iter=", p.powersgd_start_iter,
+               " must be > 1 with error feedback or warm start (PowerSGD starts after the "
+               "first two steps); raise it or turn both off");
   STRATA_CHECK(c.checkpoint.interval >= 0 && c.checkpoint.keep >= 1,
                "checkpoint.interval must be >= 0 and checkpoint.keep >= 1");
   STRATA_CHECK(c.logging.log_interval > 0, "logging.log_interval must be positive");

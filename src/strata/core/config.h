@@ -54,6 +54,19 @@ struct ParallelConfig {
   int64_t tp = 1;
   int64_t pp = 1;
   double timeout_s = 60;  // every collective and the rendezvous
+  // DDP (parallel/data): gradient buckets, unused parameters, buffers, comm hook.
+  double bucket_cap_mb = 25;            // bucket size cap in MiB (PyTorch's default)
+  double first_bucket_mb = 1;           // the first bucket (last layers) closes early
+  bool find_unused_parameters = false;  // parameters without a gradient in a step
+  bool broadcast_buffers = true;        // rank 0's buffers (BatchNorm stats) before each step
+  std::string comm_hook = "none";       // none, fp16, bf16, powersgd
+  int64_t powersgd_rank = 1;            // matrix approximation rank
+  int64_t powersgd_start_iter = 1000;   // plain all-reduce before this step
+  double powersgd_min_compression = 2;  // tensors compressing less are sent as they are
+  bool powersgd_error_feedback = true;
+  bool powersgd_warm_start = true;
+  double powersgd_orth_eps = 0;  // Gram-Schmidt epsilon (0 as PyTorch)
+  int64_t powersgd_seed = 0;     // random initial Q, the same on every rank
 };
 
 struct MemoryConfig {

@@ -67,11 +67,36 @@ void CommWork::wait() {
                              timeout_.count() / 1000.0, " s): ", msg,
                              "; another rank probably exited or hung, see its output"));
   }
+  end_ = std::chrono::steady_clock::now();
   double ms = elapsed();
   CommStats::get().add(ms, bytes_);
   if (comm_debug())
     log_line(LogLevel::kInfo,
              c10::str("[comm] ", op_, " axis=", axis_, " bytes=", bytes_, " ms=", ms));
+}
+
+void CommWork::track_completion() {
+  if (!work_) return;
+  done_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+  try {
+    auto fut = work_->getFuture();
+    std::weak_ptr<std::atomic<int64_t>> slot = done_ns_;
+    fut->addCallback([slot](c10::ivalue::Future&) {
+      if (auto s = slot.lock())
+        s->store(std::chrono::steady_clock::now().time_since_epoch().count());
+    });
+  } catch (const std::exception&) {
+    done_ns_.reset();  // backend without futures: completion = return of wait()
+  }
+}
+
+std::chrono::steady_clock::time_point CommWork::completed_at() const {
+  if (done_ns_) {
+    const int64_t ns = done_ns_->load();
+    if (ns != 0)
+      return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns));
+  }
+  return end_ == std::chrono::steady_clock::time_point{} ? start_ : end_;
 }
 
 Comm::Comm(c10::intrusive_ptr<c10d::Backend> pg, std::string axis, int64_t rank, int64_t size,

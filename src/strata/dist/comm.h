@@ -2,8 +2,10 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -36,13 +38,20 @@ class CommWork {
            int64_t bytes, std::chrono::milliseconds timeout);
   void wait();
   bool done() const { return !work_; }
+  // Records the moment the backend finishes the collective (from its own thread), so
+  // overlap with computation can be measured; call right after launching.
+  void track_completion();
+  std::chrono::steady_clock::time_point started_at() const { return start_; }
+  // After wait(): when the collective completed (the wait's return when untracked).
+  std::chrono::steady_clock::time_point completed_at() const;
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   std::string op_, axis_;
   int64_t rank_ = 0, bytes_ = 0;
   std::chrono::milliseconds timeout_{0};
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, end_;
+  std::shared_ptr<std::atomic<int64_t>> done_ns_;
 };
 
 // A collective failed or timed out: usually another rank died.

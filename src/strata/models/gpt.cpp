@@ -80,6 +80,10 @@ Bert::Bert(const ModelSpec& spec) : spec_(spec) {
       register_module("mlm_ln", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
   mlm_bias = register_parameter("mlm_bias", at::zeros({spec.vocab_size}));
   init_transformer_weights(*this, spec.n_layer);
+  // The pooler serves next-sentence prediction, which masked-LM training omits: it
+  // is kept (bert-base has its usual parameter count and checkpoints its usual
+  // tensors) but frozen, so no gradient, optimizer state or all-reduce is spent on it.
+  for (auto& p : pooler->parameters()) p.set_requires_grad(false);
 }
 
 at::Tensor Bert::embed(const Batch& b) {

@@ -47,7 +47,9 @@ double grad_norm_squared(const std::vector<NamedParam>& params) {
   for (const auto& p : params) {
     const auto& g = p.param.grad();
     if (!g.defined()) continue;
-    const double n = at::linalg_vector_norm(g, 2, {}, false, at::kDouble).item<double>();
+    // Reduced in the gradient's own dtype (a cascade sum): asking for kDouble would
+    // first copy every gradient to double, twice its size.
+    const double n = at::linalg_vector_norm(g, 2).item<double>();
     total += n * n;
   }
   return total;

@@ -86,8 +86,21 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
     model_ = build_model(spec_);
     model_->to(device_);
   }
-  for (auto& item : model_->named_parameters()) params_.push_back({item.key(), item.value()});
-  {
+  // Frozen parameters (requires_grad false, e.g. BERT's pooler under the MLM loss)
+  // get no gradient buffer, no optimizer state and no all-reduce; they are still
+  // saved in checkpoints.
+  for (auto& item : model_->named_parameters()) {
+    if (item.value().requires_grad())
+      params_.push_back({item.key(), item.value()});
+    else
+      frozen_.push_back({item.key(), item.value()});
+  }
+  Comm& dp_comm = mesh_->comm(Axis::kDp);
+  if (dp_comm.size() > 1) {
+    // DDP broadcasts rank 0's weights, checks that every rank built the same model,
+    // and makes the gradients views into its buckets (they are tagged kGradients).
+    ddp_ = std::make_unique<DistributedDataParallel>(model_, dp_comm, ddp_options_from(p));
+  } else {
     // Note [gradient buffers]: gradients are allocated once, before the first
     // backward, and accumulated into in place; zero_grad zeroes them. So the
     // gradients category is exactly the .grad buffers, and steady-state memory is
@@ -98,11 +111,6 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   {
     MemoryScope scope(Category::kOptimizer);
     opt_ = std::make_unique<AdamW>(params_, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay});
-  }
-  Comm& dp_comm = mesh_->comm(Axis::kDp);
-  {
-    at::NoGradGuard no_grad;
-    for (auto& np : params_) dp_comm.broadcast(np.param, 0).wait();
   }
   at::manual_seed(static_cast<uint64_t>(t.seed) + 1 + static_cast<uint64_t>(info.rank));
   sampler_ = std::make_unique<DistributedSampler>(data_.train->size(), dp, dp_rank_,
@@ -123,6 +131,11 @@ void Trainer::print_startup() {
   log_rank0("model       ", spec_.flavour, ": ", model_->num_parameters(), " parameters, ",
             model_->num_blocks(), " blocks");
   log_rank0("data        ", data_.description, ": ", data_.train->size(), " train samples");
+  if (ddp_)
+    log_rank0("ddp         ", ddp_->num_buckets(), " gradient buckets (cap ",
+              cfg_.parallel.bucket_cap_mb, " MiB, first ", cfg_.parallel.first_bucket_mb,
+              " MiB), comm hook ", ddp_->hook().name(),
+              cfg_.parallel.find_unused_parameters ? ", finds unused parameters" : "");
   log_rank0("batch       ", cfg_.training.batch_size, " global = ", micro_, " micro x ", accum_,
             " accumulation x ", mesh_->dims().dp(), " dp");
 }
@@ -149,29 +162,33 @@ Batch Trainer::to_device(Batch b) const {
 double Trainer::train_step(int64_t step) {
   const auto& t = cfg_.training;
   double loss_sum = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (int64_t m = 0; m < accum_; ++m) {
     MemoryScope scope(Category::kActivations);
     Batch b = to_device(data_.train->get(sampler_->next(micro_)));
-    at::Tensor loss = model_->forward_loss(b);
+    // Micro-steps before the last accumulate locally; the last one's backward
+    // reduces the sum over dp (DDP's no_sync).
+    std::optional<DistributedDataParallel::NoSync> no_sync;
+    if (ddp_ && m + 1 < accum_) no_sync.emplace(*ddp_);
+    at::Tensor loss = ddp_ ? ddp_->forward_loss([&] { return model_->forward_loss(b); })
+                           : model_->forward_loss(b);
     (loss / static_cast<double>(accum_)).backward();
     loss_sum += loss.item<double>();
   }
-  // Average gradients over dp (replaced by the bucketed DDP reducer in parallel/data).
-  Comm& dp = mesh_->comm(Axis::kDp);
-  if (dp.size() > 1) {
-    MemoryScope scope(Category::kCommBuffers);
-    std::vector<CommWork> works;
-    for (auto& np : params_) works.push_back(dp.all_reduce(np.param.mutable_grad()));
-    for (auto& w : works) w.wait();
-    scale_gradients(params_, 1.0 / static_cast<double>(dp.size()));
-  }
+  const auto t1 = std::chrono::steady_clock::now();
   double norm = std::sqrt(grad_norm_squared(params_));
   if (t.grad_clip > 0 && norm > t.grad_clip) scale_gradients(params_, t.grad_clip / (norm + 1e-6));
   {
     MemoryScope scope(Category::kOptimizer);
     opt_->step(lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr));
   }
-  opt_->zero_grad();
+  if (ddp_)
+    ddp_->zero_grad();  // Note [DDP zero_grad]
+  else
+    opt_->zero_grad();
+  const auto t2 = std::chrono::steady_clock::now();
+  phase_ms_ = {std::chrono::duration<double, std::milli>(t1 - t0).count(),
+               std::chrono::duration<double, std::milli>(t2 - t1).count()};
   return average_over_dp(loss_sum / static_cast<double>(accum_));
 }
 
@@ -210,6 +227,7 @@ void Trainer::save(int64_t step) {
     }
   }
   if (info_.rank == 0) {
+    for (auto& np : frozen_) pieces.push_back({"model." + np.name, np.param, {}, {}});
     // BatchNorm running statistics and other buffers: model state that is not a parameter.
     for (auto& b : model_->named_buffers())
       pieces.push_back({"buffer." + b.key(), b.value(), {}, {}});
@@ -259,6 +277,7 @@ void Trainer::resume() {
     r.read("optim." + name + ".step", s);
     st[i].step = s.item<int64_t>();
   }
+  for (auto& np : frozen_) r.read("model." + np.name, np.param);
   for (auto& b : model_->named_buffers()) r.read("buffer." + b.key(), b.value());
   const std::string rng_name = "rng.cpu.rank" + std::to_string(info_.rank);
   at::Tensor rng = at::empty(r.global_shape(rng_name), at::kByte);
@@ -311,11 +330,20 @@ TrainSummary Trainer::run() {
         {"tokens_per_s", tokens_per_step / secs},
         {"samples_per_s", static_cast<double>(t.batch_size) / secs},
         {"mfu", flops_per_step / secs / (peak_flops_ * static_cast<double>(info_.world_size))},
+        {"fwd_bwd_ms", phase_ms_[0]},
+        {"optim_ms", phase_ms_[1]},
         {"comm_ms", comm.ms},
         {"comm_bytes", comm.bytes},
         {"mem_peak", category_json(mem.peak)},
         {"mem_peak_total", mem.total_peak},
         {"mem_at_peak", category_json(mem.at_total_peak)}};
+    if (ddp_) {
+      const DdpStats d = ddp_->take_stats();
+      rec["ddp"] = {{"bytes_sent", d.bytes_sent},
+                    {"bytes_uncompressed", d.bytes_uncompressed},
+                    {"comm_ms", d.comm_ms},
+                    {"hidden_fraction", d.hidden_fraction()}};
+    }
     if (auto dev = device_.is_cuda() ? cuda_memory_stats(device_.index()) : std::nullopt) {
       rec["cuda_mem"] = {{"allocated", dev->allocated},
                          {"peak_allocated", dev->peak_allocated},

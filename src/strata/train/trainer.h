@@ -1,4 +1,5 @@
 #pragma once
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,6 +9,7 @@
 #include "strata/dist/mesh.h"
 #include "strata/dist/rendezvous.h"
 #include "strata/models/model.h"
+#include "strata/parallel/data/ddp.h"
 #include "strata/train/data/sampler.h"
 #include "strata/train/data/source.h"
 #include "strata/train/metrics.h"
@@ -33,6 +35,7 @@ class Trainer {
   TrainSummary run();
 
   Model& model() { return *model_; }
+  DistributedDataParallel* ddp() { return ddp_.get(); }
   int64_t grad_accum() const { return accum_; }
 
  private:
@@ -50,11 +53,14 @@ class Trainer {
   DataSource data_;
   ModelSpec spec_;
   std::shared_ptr<Model> model_;
-  std::vector<NamedParam> params_;
+  std::vector<NamedParam> params_;  // trainable
+  std::vector<NamedParam> frozen_;
+  std::unique_ptr<DistributedDataParallel> ddp_;  // dp > 1
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<DistributedSampler> sampler_;
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
+  std::array<double, 2> phase_ms_{};  // last step: forward+backward (with DDP sync), clip+optimizer
   at::Device device_{at::kCPU};
   std::string ckpt_root_;
 };

@@ -1,0 +1,454 @@
+#include "strata/parallel/data/ddp.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "strata/core/errors.h"
+#include "strata/core/logging.h"
+#include "strata/memory/tracking_allocator.h"
+#include "strata/parallel/data/bucket.h"
+#include "strata/parallel/data/powersgd.h"
+
+namespace strata {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+// Coalesced broadcasts move at most this much at a time (bounds the temporary copy).
+constexpr int64_t kBroadcastChunkBytes = 64 << 20;
+
+int64_t nbytes(const at::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
+
+// Broadcasts tensors from root with few collectives: same-dtype runs are packed into
+// flat chunks, sent, and copied back.
+void broadcast_coalesced(Comm& comm, const std::vector<at::Tensor>& tensors, int64_t root) {
+  if (comm.size() == 1 || tensors.empty()) return;
+  at::NoGradGuard no_grad;
+  MemoryScope scope(Category::kCommBuffers);
+  size_t i = 0;
+  while (i < tensors.size()) {
+    std::vector<at::Tensor> group{tensors[i]};
+    int64_t bytes = nbytes(tensors[i]);
+    size_t j = i + 1;
+    while (j < tensors.size() && tensors[j].scalar_type() == tensors[i].scalar_type() &&
+           bytes + nbytes(tensors[j]) <= kBroadcastChunkBytes) {
+      bytes += nbytes(tensors[j]);
+      group.push_back(tensors[j++]);
+    }
+    std::vector<at::Tensor> flat;
+    for (auto& t : group) flat.push_back(t.reshape({-1}));
+    at::Tensor buf = at::cat(flat);
+    comm.broadcast(buf, root).wait();
+    int64_t off = 0;
+    for (auto& t : group) {
+      at::Tensor dst = t;
+      dst.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+    i = j;
+  }
+}
+
+std::string describe(const std::string& name, const at::Tensor& t) {
+  std::ostringstream os;
+  os << name << " " << t.sizes() << " " << c10::toString(t.scalar_type());
+  return os.str();
+}
+
+// Broadcasts a string from root (length, then bytes).
+std::string broadcast_string(Comm& comm, const std::string& s, int64_t root) {
+  at::Tensor len = at::full({1}, static_cast<int64_t>(s.size()), at::kLong);
+  comm.broadcast(len, root).wait();
+  at::Tensor bytes = at::zeros({len.item<int64_t>()}, at::kByte);
+  if (comm.rank() == root) std::memcpy(bytes.data_ptr(), s.data(), s.size());
+  comm.broadcast(bytes, root).wait();
+  return std::string(static_cast<const char*>(bytes.data_ptr()),
+                     static_cast<size_t>(bytes.numel()));
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  for (std::string line; std::getline(is, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+DdpOptions ddp_options_from(const ParallelConfig& p) {
+  DdpOptions o;
+  o.bucket_cap_mb = p.bucket_cap_mb;
+  o.first_bucket_mb = p.first_bucket_mb;
+  o.find_unused_parameters = p.find_unused_parameters;
+  o.broadcast_buffers = p.broadcast_buffers;
+  o.hook = make_comm_hook(p);
+  return o;
+}
+
+std::shared_ptr<CommHook> make_comm_hook(const ParallelConfig& p) {
+  if (p.comm_hook == "fp16") return std::make_shared<CastHook>(at::kHalf);
+  if (p.comm_hook == "bf16") return std::make_shared<CastHook>(at::kBFloat16);
+  if (p.comm_hook == "powersgd") {
+    PowerSgdOptions o;
+    o.rank = p.powersgd_rank;
+    o.start_iter = p.powersgd_start_iter;
+    o.min_compression = p.powersgd_min_compression;
+    o.error_feedback = p.powersgd_error_feedback;
+    o.warm_start = p.powersgd_warm_start;
+    o.orth_eps = p.powersgd_orth_eps;
+    o.seed = p.powersgd_seed;
+    return std::make_shared<PowerSgdHook>(o);
+  }
+  STRATA_CHECK(p.comm_hook == "none", "parallel.comm_hook='", p.comm_hook,
+               "' is not known (choose from none, fp16, bf16, powersgd)");
+  return std::make_shared<AllReduceHook>();
+}
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 Comm& comm, DdpOptions opts)
+    : module_(std::move(module)),
+      comm_(comm),
+      opts_(std::move(opts)),
+      hook_(opts_.hook ? opts_.hook : std::make_shared<AllReduceHook>()),
+      hook_comm_(comm) {
+  STRATA_CHECK(opts_.bucket_cap_mb > 0, "parallel.bucket_cap_mb=", opts_.bucket_cap_mb,
+               " must be positive (25 is PyTorch's default)");
+  STRATA_CHECK(opts_.first_bucket_mb > 0, "parallel.first_bucket_mb=", opts_.first_bucket_mb,
+               " must be positive");
+  for (auto& item : module_->named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  STRATA_CHECK(!params_.empty(), "DDP: the model has no parameter that requires a gradient");
+  verify_same_parameters();
+  broadcast_coalesced(comm_, params_, 0);
+  if (opts_.broadcast_buffers) before_forward();
+
+  // Note [bucket order] in bucket.h: before the first step, the reverse of
+  // registration order approximates the order gradients become ready.
+  std::vector<int64_t> order(params_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(params_.size() - 1 - i);
+  build_buckets(order);
+
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    STRATA_ASSERT(acc, "no gradient accumulator for ", names_[i]);
+    const auto index = static_cast<int64_t>(i);
+    hook_keys_.push_back(
+        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, index](const torch::autograd::variable_list& outputs,
+                          const torch::autograd::variable_list&) {
+              mark_ready(index);
+              return outputs;
+            })));
+    // Held so the accumulator (and its hook) outlives each step's graph.
+    accumulators_.push_back(std::move(acc));
+  }
+  reset_step();
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
+
+void DistributedDataParallel::verify_same_parameters() {
+  if (comm_.size() == 1) return;
+  std::string mine;
+  std::vector<std::string> mine_lines;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    mine_lines.push_back(describe(names_[i], params_[i]));
+    mine += mine_lines.back() + "\n";
+  }
+  const auto theirs = split_lines(broadcast_string(comm_, mine, 0));
+  int64_t first = std::numeric_limits<int64_t>::max();
+  const size_t common = std::min(theirs.size(), mine_lines.size());
+  for (size_t i = 0; i < common && first == std::numeric_limits<int64_t>::max(); ++i)
+    if (theirs[i] != mine_lines[i]) first = static_cast<int64_t>(i);
+  if (first == std::numeric_limits<int64_t>::max() && theirs.size() != mine_lines.size())
+    first = static_cast<int64_t>(common);
+  // Every rank learns the lowest differing index and the lowest rank that differs
+  // there, so all of them fail with the same message instead of some hanging.
+  const int64_t world = comm_.size();
+  at::Tensor code = at::full(
+      {1}, first == std::numeric_limits<int64_t>::max() ? first : first * world + comm_.rank(),
+      at::kLong);
+  comm_.all_reduce(code, c10d::ReduceOp::MIN).wait();
+  const int64_t c = code.item<int64_t>();
+  if (c == std::numeric_limits<int64_t>::max()) return;
+  const int64_t idx = c / world, bad = c % world;
+  auto line = [&](const std::vector<std::string>& lines) {
+    return static_cast<size_t>(idx) < lines.size()
+               ? "'" + lines[static_cast<size_t>(idx)] + "'"
+               : std::string("no parameter there (") + std::to_string(lines.size()) + " in all)";
+  };
+  const std::string bad_line = broadcast_string(comm_, line(mine_lines), bad);
+  STRATA_FAIL("DDP: the model differs across data-parallel ranks at parameter #", idx, ": rank ",
+              comm_.global_rank(0), " has ", line(theirs), ", rank ", comm_.global_rank(bad),
+              " has ", bad_line, "; every rank must build the same model (same model.* settings)");
+}
+
+void DistributedDataParallel::build_buckets(const std::vector<int64_t>& order) {
+  std::vector<int64_t> bytes;
+  std::vector<int> keys;
+  for (auto& p : params_) {
+    bytes.push_back(nbytes(p));
+    keys.push_back(static_cast<int>(p.scalar_type()));
+  }
+  auto plan = assign_buckets(order, bytes, keys, static_cast<int64_t>(opts_.first_bucket_mb * kMiB),
+                             static_cast<int64_t>(opts_.bucket_cap_mb * kMiB));
+  std::vector<GradBucket> buckets;
+  bucket_of_.assign(params_.size(), -1);
+  slot_of_.assign(params_.size(), -1);
+  at::NoGradGuard no_grad;
+  MemoryScope scope(Category::kGradients);
+  for (size_t b = 0; b < plan.size(); ++b) {
+    GradBucket bucket;
+    bucket.index = static_cast<int64_t>(b);
+    int64_t total = 0;
+    for (int64_t i : plan[b]) {
+      bucket.offsets.push_back(total);
+      total += params_[static_cast<size_t>(i)].numel();
+    }
+    const at::Tensor& first = params_[static_cast<size_t>(plan[b].front())];
+    bucket.buffer = at::zeros({total}, first.options());
+    for (size_t k = 0; k < plan[b].size(); ++k) {
+      at::Tensor& p = params_[static_cast<size_t>(plan[b][k])];
+      at::Tensor view = bucket.buffer.narrow(0, bucket.offsets[k], p.numel()).view(p.sizes());
+      if (p.grad().defined()) view.copy_(p.grad());
+      p.mutable_grad() = view;
+      bucket.grads.push_back(view);
+      bucket.params.push_back(plan[b][k]);
+      bucket_of_[static_cast<size_t>(plan[b][k])] = static_cast<int64_t>(b);
+      slot_of_[static_cast<size_t>(plan[b][k])] = static_cast<int64_t>(k);
+    }
+    buckets.push_back(std::move(bucket));
+  }
+  buckets_ = std::move(buckets);
+}
+
+void DistributedDataParallel::reset_step() {
+  in_step_ = false;
+  ready_.assign(params_.size(), 0);
+  pending_.clear();
+  for (auto& b : buckets_) pending_.push_back(static_cast<int64_t>(b.params.size()));
+  next_launch_ = 0;
+}
+
+void DistributedDataParallel::before_forward() {
+  if (!opts_.broadcast_buffers || comm_.size() == 1) return;
+  std::vector<at::Tensor> buffers;
+  for (auto& b : module_->buffers(/*recurse=*/true))
+    if (b.defined()) buffers.push_back(b);
+  broadcast_coalesced(comm_, buffers, 0);
+}
+
+void DistributedDataParallel::before_backward(const at::Tensor& output) {
+  if (!opts_.find_unused_parameters || !sync_ || !output.defined() || !output.requires_grad())
+    return;
+  // Walk the graph from the output: accumulators it does not reach belong to
+  // parameters that will get no gradient in this backward.
+  std::unordered_map<const torch::autograd::Node*, int64_t> index;
+  for (size_t i = 0; i < accumulators_.size(); ++i)
+    index[accumulators_[i].get()] = static_cast<int64_t>(i);
+  std::vector<char> reached(params_.size(), 0);
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack;
+  if (auto fn = output.grad_fn()) stack.push_back(fn.get());
+  while (!stack.empty()) {
+    torch::autograd::Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (auto it = index.find(n); it != index.end()) reached[static_cast<size_t>(it->second)] = 1;
+    for (const auto& e : n->next_edges())
+      if (e.function) stack.push_back(e.function.get());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (reached[i] || ready_[i]) continue;
+    adopt_grad(i);
+    ready_[i] = 1;
+    --pending_[static_cast<size_t>(bucket_of_[i])];
+  }
+  launch_ready_buckets();
+}
+
+void DistributedDataParallel::mark_ready(int64_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sync_) return;
+  const auto ui = static_cast<size_t>(i);
+  if (!in_step_) {
+    in_step_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+  }
+  STRATA_CHECK(!ready_[ui], "DDP: parameter ", names_[ui],
+               " got its gradient twice in one backward (it is reached twice, e.g. by a "
+               "reentrant backward); DDP supports one gradient per parameter per step");
+  adopt_grad(ui);
+  ready_[ui] = 1;
+  if (!rebuilt_) ready_order_.push_back(i);
+  --pending_[static_cast<size_t>(bucket_of_[ui])];
+  launch_ready_buckets();
+}
+
+void DistributedDataParallel::adopt_grad(size_t i) {
+  // After zero_grad (or a user's own code) .grad may be undefined or a tensor of its
+  // own: autograd then stored the new gradient as it was computed (no read-add-write
+  // into a zeroed buffer), and it is moved into the bucket here.
+  GradBucket& b = buckets_[static_cast<size_t>(bucket_of_[i])];
+  at::Tensor& view = b.grads[static_cast<size_t>(slot_of_[i])];
+  const at::Tensor& g = params_[i].grad();
+  if (g.is_same(view)) return;
+  at::NoGradGuard no_grad;
+  if (g.defined())
+    view.copy_(g);
+  else
+    view.zero_();
+  params_[i].mutable_grad() = view;
+}
+
+void DistributedDataParallel::zero_grad() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  // Strictly in bucket order, so every rank issues the same collectives in the same
+  // order even when gradients become ready in different orders on different ranks.
+  while (next_launch_ < num_buckets() && pending_[static_cast<size_t>(next_launch_)] == 0) {
+    hook_->launch(buckets_[static_cast<size_t>(next_launch_)], hook_comm_);
+    ++next_launch_;
+  }
+}
+
+void DistributedDataParallel::finalize() {
+  std::lock_guard<std::mutex> lock(mu_);
+  backward_end_ = std::chrono::steady_clock::now();
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    if (!opts_.find_unused_parameters) {
+      missing.push_back(names_[i]);
+      continue;
+    }
+    adopt_grad(i);
+    ready_[i] = 1;  // its gradient (zero, or what earlier micro-steps accumulated) joins in
+    --pending_[static_cast<size_t>(bucket_of_[i])];
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t k = 0; k < std::min<size_t>(missing.size(), 3); ++k)
+      list += (k ? ", " : "") + missing[k];
+    if (missing.size() > 3) list += c10::str(" and ", missing.size() - 3, " more");
+    reset_step();
+    STRATA_FAIL("DDP: ", missing.size(), " parameter(s) received no gradient in this step (", list,
+                "); set parallel.find_unused_parameters=true, or make every parameter "
+                "take part in the loss");
+  }
+  launch_ready_buckets();
+  STRATA_ASSERT(next_launch_ == num_buckets(), "DDP: ", next_launch_, " of ", num_buckets(),
+                " buckets launched at the end of backward");
+  hook_->finish(buckets_, hook_comm_);
+
+  // Overlap: the union of the collectives' running intervals, and the part of it
+  // before backward's computation ended.
+  auto& iv = hook_comm_.intervals;
+  std::sort(iv.begin(), iv.end());
+  std::chrono::steady_clock::time_point cur_s{}, cur_e{};
+  bool open = false;
+  auto flush = [&] {
+    if (!open) return;
+    stats_.comm_ms += std::chrono::duration<double, std::milli>(cur_e - cur_s).count();
+    auto hidden_end = std::min(cur_e, backward_end_);
+    if (hidden_end > cur_s)
+      stats_.hidden_ms += std::chrono::duration<double, std::milli>(hidden_end - cur_s).count();
+  };
+  for (auto& [s, e] : iv) {
+    if (open && s <= cur_e) {
+      cur_e = std::max(cur_e, e);
+      continue;
+    }
+    flush();
+    cur_s = s;
+    cur_e = e;
+    open = true;
+  }
+  flush();
+  iv.clear();
+  for (auto& b : buckets_) stats_.bytes_uncompressed += nbytes(b.buffer);
+  stats_.syncs += 1;
+  if (!rebuilt_) {
+    rebuilt_ = true;
+    if (opts_.rebuild_buckets) rebuild_from_ready_order();
+  }
+  reset_step();
+}
+
+void DistributedDataParallel::rebuild_from_ready_order() {
+  // Rank 0's observed order is used everywhere: buckets must match across ranks.
+  std::vector<char> seen(params_.size(), 0);
+  std::vector<int64_t> order;
+  for (int64_t i : ready_order_)
+    if (!seen[static_cast<size_t>(i)]) {
+      seen[static_cast<size_t>(i)] = 1;
+      order.push_back(i);
+    }
+  for (size_t k = params_.size(); k-- > 0;)
+    if (!seen[k]) order.push_back(static_cast<int64_t>(k));
+  ready_order_.clear();
+  at::Tensor t = at::tensor(order, at::kLong);
+  comm_.broadcast(t, 0).wait();
+  order.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  std::vector<std::vector<int64_t>> current;
+  for (auto& b : buckets_) current.push_back(b.params);
+  std::vector<int64_t> bytes;
+  std::vector<int> keys;
+  for (auto& p : params_) {
+    bytes.push_back(nbytes(p));
+    keys.push_back(static_cast<int>(p.scalar_type()));
+  }
+  auto plan = assign_buckets(order, bytes, keys, static_cast<int64_t>(opts_.first_bucket_mb * kMiB),
+                             static_cast<int64_t>(opts_.bucket_cap_mb * kMiB));
+  if (plan == current) return;
+  build_buckets(order);
+  log_rank0("DDP: buckets rebuilt in the order gradients became ready (", buckets_.size(),
+            " buckets)");
+}
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& d, bool active)
+    : d_(d), prev_(d.sync_) {
+  if (active) d_.sync_ = false;
+}
+DistributedDataParallel::NoSync::~NoSync() {
+  d_.sync_ = prev_;
+}
+
+DdpStats DistributedDataParallel::take_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  DdpStats out = stats_;
+  out.bytes_sent = hook_comm_.bytes_sent;
+  hook_comm_.bytes_sent = 0;
+  stats_ = {};
+  return out;
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (auto& b : buckets_) {
+    out.emplace_back();
+    for (int64_t i : b.params) out.back().push_back(names_[static_cast<size_t>(i)]);
+  }
+  return out;
+}
+
+}  // namespace strata
