@@ -139,7 +139,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   // registration order approximates the order gradients become ready.
   std::vector<int64_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(params_.size() - 1 - i);
-  build_buckets(order);
+  build_buckets(plan_buckets(order));
 
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
@@ -198,15 +198,19 @@ void DistributedDataParallel::verify_same_parameters() {
               " has ", bad_line, "; every rank must build the same model (same model.* settings)");
 }
 
-void DistributedDataParallel::build_buckets(const std::vector<int64_t>& order) {
+std::vector<std::vector<int64_t>> DistributedDataParallel::plan_buckets(
+    const std::vector<int64_t>& order) const {
   std::vector<int64_t> bytes;
   std::vector<int> keys;
   for (auto& p : params_) {
     bytes.push_back(nbytes(p));
     keys.push_back(static_cast<int>(p.scalar_type()));
   }
-  auto plan = assign_buckets(order, bytes, keys, static_cast<int64_t>(opts_.first_bucket_mb * kMiB),
-                             static_cast<int64_t>(opts_.bucket_cap_mb * kMiB));
+  return assign_buckets(order, bytes, keys, static_cast<int64_t>(opts_.first_bucket_mb * kMiB),
+                        static_cast<int64_t>(opts_.bucket_cap_mb * kMiB));
+}
+
+void DistributedDataParallel::build_buckets(const std::vector<std::vector<int64_t>>& plan) {
   std::vector<GradBucket> buckets;
   bucket_of_.assign(params_.size(), -1);
   slot_of_.assign(params_.size(), -1);
@@ -411,16 +415,9 @@ void DistributedDataParallel::rebuild_from_ready_order() {
   order.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
   std::vector<std::vector<int64_t>> current;
   for (auto& b : buckets_) current.push_back(b.params);
-  std::vector<int64_t> bytes;
-  std::vector<int> keys;
-  for (auto& p : params_) {
-    bytes.push_back(nbytes(p));
-    keys.push_back(static_cast<int>(p.scalar_type()));
-  }
-  auto plan = assign_buckets(order, bytes, keys, static_cast<int64_t>(opts_.first_bucket_mb * kMiB),
-                             static_cast<int64_t>(opts_.bucket_cap_mb * kMiB));
+  auto plan = plan_buckets(order);
   if (plan == current) return;
-  build_buckets(order);
+  build_buckets(plan);
   log_rank0("DDP: buckets rebuilt in the order gradients became ready (", buckets_.size(),
             " buckets)");
 }

@@ -106,7 +106,8 @@ class DistributedDataParallel {
 
  private:
   void verify_same_parameters();
-  void build_buckets(const std::vector<int64_t>& order);
+  std::vector<std::vector<int64_t>> plan_buckets(const std::vector<int64_t>& order) const;
+  void build_buckets(const std::vector<std::vector<int64_t>>& plan);
   void mark_ready(int64_t param);
   void launch_ready_buckets();
   void adopt_grad(size_t i);  // makes .grad of parameter i its bucket view (copying)
