@@ -36,7 +36,7 @@ bool comm_debug() {
   return on;
 }
 int64_t nbytes(const at::Tensor& t) {
-  return t.numel() * static_cast<int64_t>(t.element_size());
+  return static_cast<int64_t>(t.nbytes());
 }
 }  // namespace
 

@@ -8,7 +8,7 @@
 namespace strata {
 
 CommWork HookComm::all_reduce(at::Tensor& t) {
-  bytes_sent += t.numel() * static_cast<int64_t>(t.element_size());
+  bytes_sent += static_cast<int64_t>(t.nbytes());
   CommWork w = comm_.all_reduce(t);
   w.track_completion();
   return w;

@@ -25,10 +25,6 @@ constexpr double kMiB = 1024.0 * 1024.0;
 // Coalesced broadcasts move at most this much at a time (bounds the temporary copy).
 constexpr int64_t kBroadcastChunkBytes = 64 << 20;
 
-int64_t nbytes(const at::Tensor& t) {
-  return t.numel() * static_cast<int64_t>(t.element_size());
-}
-
 // Broadcasts tensors from root with few collectives: same-dtype runs are packed into
 // flat chunks, sent, and copied back.
 void broadcast_coalesced(Comm& comm, const std::vector<at::Tensor>& tensors, int64_t root) {
@@ -38,11 +34,11 @@ void broadcast_coalesced(Comm& comm, const std::vector<at::Tensor>& tensors, int
   size_t i = 0;
   while (i < tensors.size()) {
     std::vector<at::Tensor> group{tensors[i]};
-    int64_t bytes = nbytes(tensors[i]);
+    int64_t bytes = static_cast<int64_t>(tensors[i].nbytes());
     size_t j = i + 1;
     while (j < tensors.size() && tensors[j].scalar_type() == tensors[i].scalar_type() &&
-           bytes + nbytes(tensors[j]) <= kBroadcastChunkBytes) {
-      bytes += nbytes(tensors[j]);
+           bytes + static_cast<int64_t>(tensors[j].nbytes()) <= kBroadcastChunkBytes) {
+      bytes += static_cast<int64_t>(tensors[j].nbytes());
       group.push_back(tensors[j++]);
     }
     std::vector<at::Tensor> flat;
@@ -152,6 +148,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
               mark_ready(index);
               return outputs;
             })));
+    param_of_node_[acc.get()] = index;
     // Held so the accumulator (and its hook) outlives each step's graph.
     accumulators_.push_back(std::move(acc));
   }
@@ -203,7 +200,7 @@ std::vector<std::vector<int64_t>> DistributedDataParallel::plan_buckets(
   std::vector<int64_t> bytes;
   std::vector<int> keys;
   for (auto& p : params_) {
-    bytes.push_back(nbytes(p));
+    bytes.push_back(static_cast<int64_t>(p.nbytes()));
     keys.push_back(static_cast<int>(p.scalar_type()));
   }
   return assign_buckets(order, bytes, keys, static_cast<int64_t>(opts_.first_bucket_mb * kMiB),
@@ -262,9 +259,6 @@ void DistributedDataParallel::before_backward(const at::Tensor& output) {
     return;
   // Walk the graph from the output: accumulators it does not reach belong to
   // parameters that will get no gradient in this backward.
-  std::unordered_map<const torch::autograd::Node*, int64_t> index;
-  for (size_t i = 0; i < accumulators_.size(); ++i)
-    index[accumulators_[i].get()] = static_cast<int64_t>(i);
   std::vector<char> reached(params_.size(), 0);
   std::unordered_set<const torch::autograd::Node*> seen;
   std::vector<torch::autograd::Node*> stack;
@@ -273,7 +267,8 @@ void DistributedDataParallel::before_backward(const at::Tensor& output) {
     torch::autograd::Node* n = stack.back();
     stack.pop_back();
     if (!seen.insert(n).second) continue;
-    if (auto it = index.find(n); it != index.end()) reached[static_cast<size_t>(it->second)] = 1;
+    if (auto it = param_of_node_.find(n); it != param_of_node_.end())
+      reached[static_cast<size_t>(it->second)] = 1;
     for (const auto& e : n->next_edges())
       if (e.function) stack.push_back(e.function.get());
   }
@@ -389,7 +384,7 @@ void DistributedDataParallel::finalize() {
   }
   flush();
   iv.clear();
-  for (auto& b : buckets_) stats_.bytes_uncompressed += nbytes(b.buffer);
+  for (auto& b : buckets_) stats_.bytes_uncompressed += static_cast<int64_t>(b.buffer.nbytes());
   stats_.syncs += 1;
   if (!rebuilt_) {
     rebuilt_ = true;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "strata/core/config.h"
@@ -125,6 +126,7 @@ class DistributedDataParallel {
   std::vector<at::Tensor> params_;
   std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
+  std::unordered_map<const torch::autograd::Node*, int64_t> param_of_node_;  // accumulator -> param
 
   std::vector<GradBucket> buckets_;
   std::vector<int64_t> bucket_of_, slot_of_;  // per parameter: bucket and position in it
