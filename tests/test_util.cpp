@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <sys/wait.h>
 
 #include <chrono>
@@ -48,14 +50,17 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
+std::vector<nlohmann::json> read_metrics(const std::string& metrics_path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(metrics_path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 std::vector<double> read_losses(const std::string& metrics_path) {
   std::vector<double> out;
-  std::ifstream in(metrics_path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  }
+  for (const auto& rec : read_metrics(metrics_path)) out.push_back(rec["loss"].get<double>());
   return out;
 }
 
@@ -65,6 +70,13 @@ int count_lines_with(const std::string& text, const std::string& needle) {
   int n = 0;
   while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
   return n;
+}
+
+void expect_one_error_line(const std::string& cmd, const std::string& message, double limit_s) {
+  auto r = run(cmd, limit_s);
+  EXPECT_NE(r.status, 0) << cmd << "\n" << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << cmd << "\n" << r.output;
+  EXPECT_EQ(count_lines_with(r.output, "error: "), 1) << cmd << "\n" << r.output;
 }
 
 }  // namespace strata::test

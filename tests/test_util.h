@@ -1,4 +1,5 @@
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,14 @@ std::string ddp_worker_bin();
 std::string source_dir();
 // A fresh empty directory under the build's temp area.
 std::string temp_dir(const std::string& name);
+// The records of a metrics.jsonl, in order.
+std::vector<nlohmann::json> read_metrics(const std::string& metrics_path);
 // "loss" values of metrics.jsonl, in order.
 std::vector<double> read_losses(const std::string& metrics_path);
 // Lines of text that contain needle.
 int count_lines_with(const std::string& text, const std::string& needle);
+// Runs cmd and expects bad-input handling: a non-zero exit and exactly one
+// "error: " line, which contains message.
+void expect_one_error_line(const std::string& cmd, const std::string& message, double limit_s = 60);
 
 }  // namespace strata::test
