@@ -30,41 +30,6 @@ std::string train(const std::string& dir, const std::string& args) {
          " --logging.progress=off --training.eval_interval=0 " + args;
 }
 
-// Largest per-tensor ||a - b|| / ||b|| (L2) over the parameters of two checkpoints.
-// Note: an elementwise bound would not hold for any dp split: Adam divides each
-// gradient element by its own running RMS, so elements whose gradient is at
-// rounding level (rare tokens' embedding rows) move by about lr either way.
-double max_param_diff(const std::string& run_a, const std::string& run_b, int64_t step) {
-  const std::string name = "/checkpoints/" + checkpoint_dir_name(step);
-  CheckpointReader a(run_a + name), b(run_b + name);
-  double worst = 0;
-  int64_t count = 0;
-  std::ifstream meta(run_a + name + "/shard-0.json");
-  nlohmann::json index = nlohmann::json::parse(meta);
-  for (auto& piece : index) {
-    const std::string key = piece["name"];
-    if (key.rfind("model.", 0) != 0) continue;
-    at::Tensor ta = at::empty(a.global_shape(key)), tb = at::empty(b.global_shape(key));
-    a.read(key, ta);
-    b.read(key, tb);
-    if (key.size() > 13 && key.substr(key.size() - 13) == "attn.qkv.bias") {
-      // The key third of this bias has a gradient of exactly zero in exact arithmetic
-      // (adding q.b_k to every score of a row leaves the softmax unchanged), so what
-      // it gets is rounding noise that Adam scales up to steps of size lr in any
-      // run, even two single-process runs that sum in another order. Compared: the
-      // query and value thirds.
-      const int64_t c = ta.size(0) / 3;
-      ta = at::cat({ta.narrow(0, 0, c), ta.narrow(0, 2 * c, c)});
-      tb = at::cat({tb.narrow(0, 0, c), tb.narrow(0, 2 * c, c)});
-    }
-    const double d = (ta - tb).norm().item<double>() / std::max(1e-12, tb.norm().item<double>());
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    ++count;
-  }
-  EXPECT_GT(count, 10) << "no parameters found in " << run_a << name;
-  return worst;
-}
-
 }  // namespace
 
 TEST(DdpBuckets, FirstBucketSmallThenCapInReadyOrder) {

@@ -4,6 +4,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/models/build.h"
+#include "strata/models/dropout.h"
 #include "strata/models/gpt.h"
 
 using namespace strata;
@@ -84,4 +85,32 @@ TEST(Models, UnknownFlavourSuggestsTheName) {
     EXPECT_NE(std::string(e.what()).find("did you mean 'gpt2-124m'"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(Dropout, CounterBasedMaskHasRateScaleAndReplay) {
+  // Note [counter-based dropout]: drop rate p, kept values scaled by 1/(1-p), the
+  // same mask for the same seed (and so for the same generator state), in backward too.
+  at::Tensor x = at::ones({1 << 20});
+  at::Tensor y = dropout_with_seed(x, 0.1, 42);
+  const double dropped = (y == 0).to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(dropped, 0.1, 0.002);  // 1M draws: sd 0.0003
+  EXPECT_TRUE(at::allclose(y.masked_select(y != 0), at::full({1}, 1 / 0.9)));
+  EXPECT_TRUE(at::equal(y, dropout_with_seed(x, 0.1, 42)));
+  EXPECT_FALSE(at::equal(y, dropout_with_seed(x, 0.1, 43)));
+  // Neighbouring elements are independent: P(both dropped) ~ p^2.
+  at::Tensor d = (y == 0).to(at::kDouble);
+  EXPECT_NEAR((d.narrow(0, 0, (1 << 20) - 1) * d.narrow(0, 1, (1 << 20) - 1)).mean().item<double>(),
+              0.01, 0.001);
+  at::manual_seed(5);
+  at::Tensor w = at::randn({64, 64}).requires_grad_(true);
+  at::Tensor a = counter_dropout(w, 0.3, true);
+  a.backward(at::ones_like(a));
+  EXPECT_TRUE(at::equal(w.grad(), (a != 0).to(at::kFloat) / 0.7));
+  at::manual_seed(5);
+  at::randn({64, 64});
+  EXPECT_TRUE(at::equal(counter_dropout(w, 0.3, true), a));  // same generator state, same mask
+  EXPECT_TRUE(at::equal(counter_dropout(w, 0.3, false), w));
+  at::Tensor h = dropout_with_seed(at::ones({1000}, at::kBFloat16), 0.5, 1);
+  EXPECT_EQ(h.scalar_type(), at::kBFloat16);
+  EXPECT_NEAR((h == 0).to(at::kDouble).mean().item<double>(), 0.5, 0.06);
 }

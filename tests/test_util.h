@@ -28,4 +28,9 @@ int count_lines_with(const std::string& text, const std::string& needle);
 // "error: " line, which contains message.
 void expect_one_error_line(const std::string& cmd, const std::string& message, double limit_s = 60);
 
+// Largest per-tensor ||a - b|| / ||b|| (L2) over the "model." tensors of two runs'
+// checkpoints at step, the key third of attention qkv biases left out (see the
+// definition).
+double max_param_diff(const std::string& run_a, const std::string& run_b, int64_t step);
+
 }  // namespace strata::test

@@ -69,6 +69,14 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel", "powersgd_orth_eps", &p.powersgd_orth_eps},
       {"parallel", "powersgd_seed", &p.powersgd_seed},
       {"memory", "track", &me.track},
+      {"memory", "precision", &me.precision},
+      {"memory", "master_weights", &me.master_weights},
+      {"memory", "loss_scale_init", &me.loss_scale_init},
+      {"memory", "loss_scale_growth", &me.loss_scale_growth},
+      {"memory", "loss_scale_backoff", &me.loss_scale_backoff},
+      {"memory", "loss_scale_interval", &me.loss_scale_interval},
+      {"memory", "recompute", &me.recompute},
+      {"memory", "recompute_k", &me.recompute_k},
       {"checkpoint", "dir", &ck.dir},
       {"checkpoint", "interval", &ck.interval},
       {"checkpoint", "resume", &ck.resume},
@@ -297,6 +305,20 @@ void validate_config(const Config& c) {
   STRATA_CHECK(p.first_bucket_mb > 0, "parallel.first_bucket_mb=", p.first_bucket_mb,
                " must be positive (default 1)");
   check_one_of("parallel.comm_hook", p.comm_hook, {"none", "fp16", "bf16", "powersgd"});
+  const auto& me = c.memory;
+  check_one_of("memory.precision", me.precision, {"fp32", "bf16", "fp16"});
+  check_one_of("memory.recompute", me.recompute, {"none", "full", "every-k", "sqrt", "selective"});
+  STRATA_CHECK(me.recompute_k >= 1, "memory.recompute_k=", me.recompute_k,
+               " must be >= 1 (blocks per recomputed segment)");
+  STRATA_CHECK(me.loss_scale_init > 0 && std::isfinite(me.loss_scale_init),
+               "memory.loss_scale_init=", me.loss_scale_init, " must be a positive number");
+  STRATA_CHECK(me.loss_scale_growth >= 1, "memory.loss_scale_growth=", me.loss_scale_growth,
+               " must be >= 1 (2 is PyTorch's default)");
+  STRATA_CHECK(me.loss_scale_backoff > 0 && me.loss_scale_backoff < 1,
+               "memory.loss_scale_backoff=", me.loss_scale_backoff,
+               " must be in (0, 1) (0.5 is PyTorch's default)");
+  STRATA_CHECK(me.loss_scale_interval >= 1, "memory.loss_scale_interval=", me.loss_scale_interval,
+               " must be >= 1 (2000 is PyTorch's default)");
   STRATA_CHECK(p.powersgd_rank > 0, "parallel.powersgd_rank=", p.powersgd_rank,
                " must be positive (1 to 4 is typical)");
   STRATA_CHECK(p.powersgd_min_compression >= 1,

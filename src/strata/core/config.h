@@ -71,6 +71,18 @@ struct ParallelConfig {
 
 struct MemoryConfig {
   bool track = true;  // tracking allocator with per-category counters
+  // Mixed precision (memory/precision): fp32, bf16, fp16.
+  std::string precision = "fp32";
+  bool master_weights = true;  // half parameters + gradients, fp32 master copy in the optimizer;
+                               // false: fp32 parameters, half compute (autocast style)
+  // fp16 dynamic loss scaling (PyTorch GradScaler's defaults).
+  double loss_scale_init = 65536;
+  double loss_scale_growth = 2;
+  double loss_scale_backoff = 0.5;
+  int64_t loss_scale_interval = 2000;  // overflow-free steps before the scale grows
+  // Activation recompute (memory/recompute): none, full, every-k, sqrt, selective.
+  std::string recompute = "none";
+  int64_t recompute_k = 2;  // every-k: blocks per recomputed segment
 };
 
 struct CheckpointConfig {

@@ -28,7 +28,7 @@ double transformer_flops_per_token(const ModelSpec& s) {
 Gpt::Gpt(const ModelSpec& spec) : spec_(spec) {
   wte = register_module("wte", nn::Embedding(spec.vocab_size, spec.d_model));
   wpe = register_module("wpe", nn::Embedding(spec.seq_len, spec.d_model));
-  drop = register_module("drop", nn::Dropout(spec.dropout));
+  drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
   for (int64_t i = 0; i < spec.n_layer; ++i) {
     blocks_.push_back(register_module(
         "block" + std::to_string(i),
@@ -53,7 +53,8 @@ at::Tensor Gpt::logits(const at::Tensor& x) {
 }
 
 at::Tensor Gpt::head_loss(const at::Tensor& x, const Batch& b) {
-  at::Tensor l = logits(x);
+  // fp32 log-softmax over the vocabulary (Note [precision of sensitive ops]).
+  at::Tensor l = logits(x).to(at::kFloat);
   return at::cross_entropy_loss(l.view({-1, l.size(-1)}), b.target.reshape({-1}), {},
                                 at::Reduction::Mean, /*ignore_index=*/-100);
 }
@@ -68,7 +69,7 @@ Bert::Bert(const ModelSpec& spec) : spec_(spec) {
   type = register_module("type", nn::Embedding(spec.type_vocab, spec.d_model));
   ln_emb =
       register_module("ln_emb", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
-  drop = register_module("drop", nn::Dropout(spec.dropout));
+  drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
   for (int64_t i = 0; i < spec.n_layer; ++i) {
     blocks_.push_back(register_module(
         "block" + std::to_string(i),
@@ -95,7 +96,7 @@ at::Tensor Bert::embed(const Batch& b) {
 
 at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
   at::Tensor h = mlm_ln->forward(at::gelu(mlm_dense->forward(x)));
-  at::Tensor l = at::linear(h, word->weight, mlm_bias);  // (B, T, V)
+  at::Tensor l = at::linear(h, word->weight, mlm_bias).to(at::kFloat);  // (B, T, V)
   return at::cross_entropy_loss(l.view({-1, l.size(-1)}), b.target.reshape({-1}), {},
                                 at::Reduction::Mean, -100);
 }

@@ -1,9 +1,9 @@
 #pragma once
-#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "strata/models/dropout.h"
 #include "strata/models/flavours.h"
 #include "strata/models/model.h"
 
@@ -21,7 +21,7 @@ class Gpt : public Model {
   int64_t tokens_per_sample() const override { return spec_.seq_len; }
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  std::shared_ptr<Dropout> drop;
   torch::nn::LayerNorm ln_f{nullptr};
   torch::nn::Linear lm_head{nullptr};  // only when untied
 
@@ -43,7 +43,7 @@ class Bert : public Model {
 
   torch::nn::Embedding word{nullptr}, pos{nullptr}, type{nullptr};
   torch::nn::LayerNorm ln_emb{nullptr}, mlm_ln{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  std::shared_ptr<Dropout> drop;
   torch::nn::Linear mlm_dense{nullptr}, pooler{nullptr};
   at::Tensor mlm_bias;
 

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "strata/memory/recompute.h"
+
 namespace strata {
 
 // One micro-batch. Language models: input/target (B, T) int64 token ids (target -100 =
@@ -21,6 +23,9 @@ struct Batch {
 class Block : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // Selective recompute (recompute only the attention core); false when the block
+  // has no attention core.
+  virtual bool set_selective_recompute(bool /*on*/) { return false; }
 };
 
 // Every model is an explicit list of blocks: embed -> block[0..L) -> head (+ loss).
@@ -31,11 +36,14 @@ class Model : public torch::nn::Module {
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   Block& block(int64_t i) { return *blocks_.at(static_cast<size_t>(i)); }
 
-  at::Tensor forward_loss(const Batch& b) {
-    at::Tensor x = embed(b);
-    for (auto& blk : blocks_) x = blk->forward(x);
-    return head_loss(x, b);
-  }
+  at::Tensor forward_loss(const Batch& b) { return head_loss(run_blocks(embed(b)), b); }
+  // block[0..L) on x, segment by segment (see Note [activation recompute]).
+  at::Tensor run_blocks(at::Tensor x);
+  // Chooses what the forward keeps for backward; an Error names a mode the model
+  // cannot use (selective without attention, recompute_k out of range).
+  void set_recompute(RecomputeMode mode, int64_t k);
+  RecomputeMode recompute_mode() const { return recompute_; }
+  const std::vector<Segment>& segments() const { return segments_; }
 
   // Training FLOPs (forward + backward) per sample, for the MFU estimate.
   virtual double flops_per_sample() const = 0;
@@ -45,6 +53,10 @@ class Model : public torch::nn::Module {
 
  protected:
   std::vector<std::shared_ptr<Block>> blocks_;
+
+ private:
+  RecomputeMode recompute_ = RecomputeMode::kNone;
+  std::vector<Segment> segments_;  // empty: all blocks, nothing recomputed
 };
 
 }  // namespace strata

@@ -1,8 +1,8 @@
 #pragma once
-#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "strata/models/dropout.h"
 #include "strata/models/model.h"
 
 namespace strata {
@@ -16,6 +16,7 @@ class SelfAttention : public torch::nn::Module {
   at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
+  bool recompute_core = false;  // selective recompute
 
  private:
   int64_t n_head_;
@@ -36,10 +37,14 @@ class GptBlock : public Block {
  public:
   GptBlock(int64_t d_model, int64_t n_head, double dropout, bool causal);
   at::Tensor forward(const at::Tensor& x) override;
+  bool set_selective_recompute(bool on) override {
+    attn->recompute_core = on;
+    return true;
+  }
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   std::shared_ptr<SelfAttention> attn;
   std::shared_ptr<FeedForward> mlp;
-  torch::nn::Dropout drop{nullptr};
+  std::shared_ptr<Dropout> drop;
 };
 
 // BERT block, post-LayerNorm: ln1(x + attn(x)), then ln2(x + mlp(x)).

@@ -6,18 +6,34 @@
 
 namespace strata {
 
-AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions opts)
+AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions opts, bool master_weights)
     : params_(std::move(params)), opts_(opts) {
-  for (auto& p : params_) state_.push_back({at::zeros_like(p.param), at::zeros_like(p.param), 0});
+  at::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    State s;
+    if (master_weights && p.param.scalar_type() != at::kFloat)
+      s.master = p.param.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    const at::Tensor& w = s.master.defined() ? s.master : p.param;
+    s.exp_avg = at::zeros_like(w);
+    s.exp_avg_sq = at::zeros_like(w);
+    state_.push_back(std::move(s));
+  }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor p = params_[i].param;
-    const at::Tensor& g = p.grad();
+    const at::Tensor& model_param = params_[i].param;
+    at::Tensor g = model_param.grad();
     if (!g.defined()) continue;
     State& s = state_[i];
+    at::Tensor p = s.master.defined() ? s.master : model_param;
+    if (g.scalar_type() != p.scalar_type()) {
+      g = g.to(p.scalar_type());  // a transient fp32 copy of one gradient
+      if (grad_scale != 1.0) g.mul_(grad_scale);
+    } else if (grad_scale != 1.0) {
+      model_param.mutable_grad().mul_(grad_scale);
+    }
     s.step += 1;
     if (p.dim() >= 2 && opts_.weight_decay != 0) p.mul_(1.0 - lr * opts_.weight_decay);
     s.exp_avg.lerp_(g, 1.0 - opts_.beta1);
@@ -26,6 +42,7 @@ void AdamW::step(double lr) {
     const double bc2 = 1.0 - std::pow(opts_.beta2, static_cast<double>(s.step));
     at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opts_.eps);
     p.addcdiv_(s.exp_avg, denom, -lr / bc1);
+    if (s.master.defined()) model_param.copy_(s.master);
   }
 }
 
@@ -47,10 +64,22 @@ double grad_norm_squared(const std::vector<NamedParam>& params) {
   for (const auto& p : params) {
     const auto& g = p.param.grad();
     if (!g.defined()) continue;
-    // Reduced in the gradient's own dtype (a cascade sum): asking for kDouble would
-    // first copy every gradient to double, twice its size.
-    const double n = at::linalg_vector_norm(g, 2).item<double>();
-    total += n * n;
+    if (g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble) {
+      // Reduced in the gradient's own dtype (a cascade sum): asking for kDouble would
+      // first copy every gradient to double, twice its size.
+      const double n = at::linalg_vector_norm(g, 2).item<double>();
+      total += n * n;
+      continue;
+    }
+    // Half gradients: on CPU a reduction to fp32 first copies its input to fp32, so
+    // go in chunks to keep that copy small.
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    at::Tensor flat = g.reshape({-1});
+    for (int64_t b = 0; b < flat.numel(); b += kChunk) {
+      at::Tensor part = flat.narrow(0, b, std::min(kChunk, flat.numel() - b));
+      const double n = at::linalg_vector_norm(part, 2, {}, false, at::kFloat).item<double>();
+      total += n * n;
+    }
   }
   return total;
 }

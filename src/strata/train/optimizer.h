@@ -19,18 +19,25 @@ struct AdamWOptions {
 // amsgrad=False). Weight decay applies to matrices and embeddings (dim >= 2), not to
 // biases and norms. State is made at construction (the caller tags it), so memory
 // is accounted from step 0, and exposed by name for checkpoints.
+//
+// With master_weights, each parameter that is not fp32 gets an fp32 master copy that
+// the update is applied to and then copied back (rounded) into the parameter; its
+// half gradient is widened to fp32 one tensor at a time (Note [mixed precision]).
 class AdamW {
  public:
-  AdamW(std::vector<NamedParam> params, AdamWOptions opts);
+  AdamW(std::vector<NamedParam> params, AdamWOptions opts, bool master_weights = false);
 
-  // One update with learning rate lr; parameters without a gradient are skipped
-  // (their step count does not advance, as in PyTorch).
-  void step(double lr);
+  // One update with learning rate lr on the gradients times grad_scale (loss-scale
+  // unscaling and clipping in one factor; fp32 gradients are scaled in place, as
+  // clip_grad_norm_ and GradScaler.unscale_ do). Parameters without a gradient are
+  // skipped (their step count does not advance, as in PyTorch).
+  void step(double lr, double grad_scale = 1.0);
   // Zeroes gradients in place: their memory stays (see Note [gradient buffers]).
   void zero_grad();
 
   struct State {
     at::Tensor exp_avg, exp_avg_sq;
+    at::Tensor master;  // fp32 copy of a half parameter; undefined without one
     int64_t step = 0;
   };
   const std::vector<NamedParam>& params() const { return params_; }
@@ -47,7 +54,9 @@ class AdamW {
 double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, double min_lr);
 
 // Global L2 norm of the gradients (squares summed, reduced by the caller across
-// shards when sharded); clip_gradients scales them in place when above max_norm.
+// shards when sharded), accumulated in fp32 or wider whatever the gradient type: a
+// loss-scaled fp16 gradient's norm overflows fp16. Non-finite when any gradient
+// element is inf or NaN. scale_gradients scales them in place.
 double grad_norm_squared(const std::vector<NamedParam>& params);
 void scale_gradients(const std::vector<NamedParam>& params, double factor);
 

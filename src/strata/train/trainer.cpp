@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "strata/core/errors.h"
@@ -26,6 +28,24 @@ namespace {
 // FLOPs); at ~2.5 GHz that is 80 GFLOP/s a thread. Used for MFU unless
 // logging.peak_tflops names the device's real peak.
 constexpr double kCpuFlopsPerThread = 2.5e9 * 32;
+
+// Note [injected overflow]: STRATA_INJECT_INF="RANK:STEP[,STEP...]" puts an inf into
+// one gradient element on that rank after backward (after DDP's all-reduce, so no
+// other rank sees it) at those 1-based steps. Tests use it to check that every rank
+// skips the step and the loss scale backs off.
+std::vector<int64_t> inject_inf_steps(int64_t rank) {
+  const char* v = std::getenv("STRATA_INJECT_INF");
+  if (!v || !*v) return {};
+  std::string spec(v);
+  const auto colon = spec.find(':');
+  STRATA_CHECK(colon != std::string::npos, "STRATA_INJECT_INF=", spec,
+               " must be RANK:STEP[,STEP...], e.g. 1:5,6");
+  if (std::stoll(spec.substr(0, colon)) != rank) return {};
+  std::vector<int64_t> steps;
+  std::stringstream ss(spec.substr(colon + 1));
+  for (std::string item; std::getline(ss, item, ',');) steps.push_back(std::stoll(item));
+  return steps;
+}
 
 nlohmann::json category_json(const CategoryBytes& b) {
   nlohmann::json j;
@@ -86,6 +106,19 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
     model_ = build_model(spec_);
     model_->to(device_);
   }
+  // Recompute wrapping, then precision (DESIGN.md's order), then DDP and optimizer.
+  model_->set_recompute(parse_recompute(cfg_.memory.recompute), cfg_.memory.recompute_k);
+  precision_ = parse_precision(cfg_.memory.precision);
+  compute_dtype_ = compute_dtype(precision_);
+  check_precision_supported(precision_, device_);
+  if (precision_ != Precision::kFp32 && cfg_.memory.master_weights) {
+    MemoryScope scope(Category::kParameters);
+    cast_model(*model_, compute_dtype_);
+  }
+  scaler_ = std::make_unique<LossScaler>(LossScalerOptions{
+      precision_ == Precision::kFp16, cfg_.memory.loss_scale_init, cfg_.memory.loss_scale_growth,
+      cfg_.memory.loss_scale_backoff, cfg_.memory.loss_scale_interval});
+  inject_inf_steps_ = inject_inf_steps(info.rank);
   // Frozen parameters (requires_grad false, e.g. BERT's pooler under the MLM loss)
   // get no gradient buffer, no optimizer state and no all-reduce; they are still
   // saved in checkpoints.
@@ -110,7 +143,8 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   }
   {
     MemoryScope scope(Category::kOptimizer);
-    opt_ = std::make_unique<AdamW>(params_, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay});
+    opt_ = std::make_unique<AdamW>(params_, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay},
+                                   /*master_weights=*/cfg_.memory.master_weights);
   }
   at::manual_seed(static_cast<uint64_t>(t.seed) + 1 + static_cast<uint64_t>(info.rank));
   sampler_ = std::make_unique<DistributedSampler>(data_.train->size(), dp, dp_rank_,
@@ -136,6 +170,16 @@ void Trainer::print_startup() {
               cfg_.parallel.bucket_cap_mb, " MiB, first ", cfg_.parallel.first_bucket_mb,
               " MiB), comm hook ", ddp_->hook().name(),
               cfg_.parallel.find_unused_parameters ? ", finds unused parameters" : "");
+  const auto& me = cfg_.memory;
+  log_rank0("memory      precision ", me.precision,
+            precision_ == Precision::kFp32 ? ""
+            : me.master_weights            ? " (half parameters and gradients, fp32 master weights)"
+                                           : " (fp32 parameters, half compute)",
+            scaler_->enabled() ? c10::str(", loss scale ", scaler_->scale()) : "", ", recompute ",
+            me.recompute,
+            me.recompute == "every-k" ? c10::str(" (k=", me.recompute_k, ")") : std::string(),
+            model_->segments().size() > 1 ? c10::str(", ", model_->segments().size(), " segments")
+                                          : std::string());
   log_rank0("batch       ", cfg_.training.batch_size, " global = ", micro_, " micro x ", accum_,
             " accumulation x ", mesh_->dims().dp(), " dp");
 }
@@ -159,10 +203,41 @@ Batch Trainer::to_device(Batch b) const {
   return b;
 }
 
+std::optional<double> Trainer::check_gradients(int64_t step) {
+  for (int64_t s : inject_inf_steps_) {
+    if (s != step + 1 || params_.empty()) continue;
+    at::NoGradGuard no_grad;
+    params_[0].param.mutable_grad().view({-1}).narrow(0, 0, 1).fill_(INFINITY);
+  }
+  const double scale = scaler_->scale();
+  const double norm2 = grad_norm_squared(params_);
+  grad_norm_ = std::sqrt(norm2) / scale;
+  skipped_ = false;
+  if (scaler_->enabled()) {
+    // Note [global overflow check]: every rank must skip together, or replicas
+    // diverge; the flag is reduced over all ranks (dp, tp and pp), not only dp.
+    at::Tensor found = at::full({1}, std::isfinite(norm2) ? 0.0 : 1.0, at::kFloat);
+    Comm& world = mesh_->comm(Axis::kWorld);
+    if (world.size() > 1) world.all_reduce(found, c10d::ReduceOp::MAX).wait();
+    if (!scaler_->update(found.item<float>() > 0)) {
+      skipped_ = true;
+      log_rank0("step ", step + 1, ": inf/NaN in the gradients, step skipped on every rank; ",
+                "loss scale ", scale, " -> ", scaler_->scale());
+      return std::nullopt;
+    }
+  }
+  const double clip = cfg_.training.grad_clip;
+  const double coef = clip > 0 && grad_norm_ > clip ? clip / (grad_norm_ + 1e-6) : 1.0;
+  return coef / scale;
+}
+
 double Trainer::train_step(int64_t step) {
   const auto& t = cfg_.training;
   double loss_sum = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  // The loss is multiplied by the loss scale (1 unless fp16) and divided over the
+  // micro-steps, so the gradients are the scaled mean.
+  const double backward_factor = scaler_->scale() / static_cast<double>(accum_);
   for (int64_t m = 0; m < accum_; ++m) {
     MemoryScope scope(Category::kActivations);
     Batch b = to_device(data_.train->get(sampler_->next(micro_)));
@@ -170,17 +245,21 @@ double Trainer::train_step(int64_t step) {
     // reduces the sum over dp (DDP's no_sync).
     std::optional<DistributedDataParallel::NoSync> no_sync;
     if (ddp_ && m + 1 < accum_) no_sync.emplace(*ddp_);
-    at::Tensor loss = ddp_ ? ddp_->forward_loss([&] { return model_->forward_loss(b); })
-                           : model_->forward_loss(b);
-    (loss / static_cast<double>(accum_)).backward();
+    at::Tensor loss;
+    {
+      AutocastScope autocast(device_.type(), compute_dtype_);
+      loss = ddp_ ? ddp_->forward_loss([&] { return model_->forward_loss(b); })
+                  : model_->forward_loss(b);
+    }
+    (loss * backward_factor).backward();
     loss_sum += loss.item<double>();
   }
   const auto t1 = std::chrono::steady_clock::now();
-  double norm = std::sqrt(grad_norm_squared(params_));
-  if (t.grad_clip > 0 && norm > t.grad_clip) scale_gradients(params_, t.grad_clip / (norm + 1e-6));
   {
+    // The gradient-norm pass and the update's transients are the optimizer's.
     MemoryScope scope(Category::kOptimizer);
-    opt_->step(lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr));
+    if (auto factor = check_gradients(step))
+      opt_->step(lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr), *factor);
   }
   if (ddp_)
     ddp_->zero_grad();  // Note [DDP zero_grad]
@@ -206,6 +285,7 @@ double Trainer::evaluate() {
     MemoryScope scope(Category::kActivations);
     std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin),
                                idx.begin() + static_cast<int64_t>(begin) + micro_);
+    AutocastScope autocast(device_.type(), compute_dtype_);
     sum += model_->forward_loss(to_device(data_.eval->get(chunk))).item<double>();
     ++n;
   }
@@ -220,7 +300,9 @@ void Trainer::save(int64_t step) {
     auto& st = opt_->state();
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& name = params_[i].name;
-      pieces.push_back({"model." + name, params_[i].param, {}, {}});
+      // The fp32 master when there is one: a checkpoint keeps full precision.
+      const at::Tensor& w = st[i].master.defined() ? st[i].master : params_[i].param;
+      pieces.push_back({"model." + name, w, {}, {}});
       pieces.push_back({"optim." + name + ".exp_avg", st[i].exp_avg, {}, {}});
       pieces.push_back({"optim." + name + ".exp_avg_sq", st[i].exp_avg_sq, {}, {}});
       pieces.push_back({"optim." + name + ".step", at::full({1}, st[i].step, at::kLong), {}, {}});
@@ -231,6 +313,15 @@ void Trainer::save(int64_t step) {
     // BatchNorm running statistics and other buffers: model state that is not a parameter.
     for (auto& b : model_->named_buffers())
       pieces.push_back({"buffer." + b.key(), b.value(), {}, {}});
+    if (scaler_->enabled()) {
+      const auto sc = scaler_->state();
+      pieces.push_back({"scaler.state",
+                        at::tensor({sc.scale, static_cast<double>(sc.growth_tracker),
+                                    static_cast<double>(sc.skipped)},
+                                   at::kDouble),
+                        {},
+                        {}});
+    }
   }
   at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
   pieces.push_back({"rng.cpu.rank" + std::to_string(info_.rank), rng, {}, {}});
@@ -270,7 +361,13 @@ void Trainer::resume() {
   auto& st = opt_->state();
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& name = params_[i].name;
-    r.read("model." + name, params_[i].param);
+    if (st[i].master.defined()) {
+      r.read("model." + name, st[i].master);
+      at::NoGradGuard no_grad;
+      params_[i].param.copy_(st[i].master);
+    } else {
+      r.read("model." + name, params_[i].param);
+    }
     r.read("optim." + name + ".exp_avg", st[i].exp_avg);
     r.read("optim." + name + ".exp_avg_sq", st[i].exp_avg_sq);
     at::Tensor s = at::zeros({1}, at::kLong);
@@ -278,6 +375,15 @@ void Trainer::resume() {
     st[i].step = s.item<int64_t>();
   }
   for (auto& np : frozen_) r.read("model." + np.name, np.param);
+  if (scaler_->enabled()) {
+    STRATA_CHECK(r.has("scaler.state"), "checkpoint ", dir,
+                 " has no loss-scaler state (it was not written by an fp16 run); resume with "
+                 "the precision it was written with");
+    at::Tensor sc = at::zeros({3}, at::kDouble);
+    r.read("scaler.state", sc);
+    scaler_->set_state({sc[0].item<double>(), static_cast<int64_t>(sc[1].item<double>()),
+                        static_cast<int64_t>(sc[2].item<double>())});
+  }
   for (auto& b : model_->named_buffers()) r.read("buffer." + b.key(), b.value());
   const std::string rng_name = "rng.cpu.rank" + std::to_string(info_.rank);
   at::Tensor rng = at::empty(r.global_shape(rng_name), at::kByte);
@@ -315,7 +421,7 @@ TrainSummary Trainer::run() {
     const MemoryStats mem = memory_stats();
     const CommTotals comm = CommStats::get().take();
     out.losses.push_back(loss);
-    STRATA_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1,
+    STRATA_CHECK(std::isfinite(loss) || skipped_, "loss became ", loss, " at step ", step + 1,
                  "; lower training.lr or raise training.warmup_steps");
     const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
     const double elapsed =
@@ -334,9 +440,16 @@ TrainSummary Trainer::run() {
         {"optim_ms", phase_ms_[1]},
         {"comm_ms", comm.ms},
         {"comm_bytes", comm.bytes},
+        {"grad_norm", grad_norm_},
+        {"mem_current", category_json(mem.current)},
         {"mem_peak", category_json(mem.peak)},
         {"mem_peak_total", mem.total_peak},
         {"mem_at_peak", category_json(mem.at_total_peak)}};
+    if (scaler_->enabled()) {
+      rec["loss_scale"] = scaler_->scale();
+      rec["skipped"] = skipped_;
+      rec["skipped_steps"] = scaler_->state().skipped;
+    }
     if (ddp_) {
       const DdpStats d = ddp_->take_stats();
       rec["ddp"] = {{"bytes_sent", d.bytes_sent},

@@ -8,6 +8,8 @@
 #include "strata/core/config.h"
 #include "strata/dist/mesh.h"
 #include "strata/dist/rendezvous.h"
+#include "strata/memory/loss_scaler.h"
+#include "strata/memory/precision.h"
 #include "strata/models/model.h"
 #include "strata/parallel/data/ddp.h"
 #include "strata/train/data/sampler.h"
@@ -45,6 +47,9 @@ class Trainer {
   void save(int64_t step);
   void resume();
   double average_over_dp(double v);
+  // Gradient clipping and loss scaling after backward: returns the factor the
+  // optimizer applies to the gradients, or nothing when the step is skipped.
+  std::optional<double> check_gradients(int64_t step);
   Batch to_device(Batch b) const;
 
   Config cfg_;
@@ -58,6 +63,12 @@ class Trainer {
   std::unique_ptr<DistributedDataParallel> ddp_;  // dp > 1
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<DistributedSampler> sampler_;
+  Precision precision_ = Precision::kFp32;
+  at::ScalarType compute_dtype_ = at::kFloat;
+  std::unique_ptr<LossScaler> scaler_;
+  double grad_norm_ = 0;
+  bool skipped_ = false;                   // the last step was skipped (inf/NaN gradients)
+  std::vector<int64_t> inject_inf_steps_;  // STRATA_INJECT_INF, for tests
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
   std::array<double, 2> phase_ms_{};  // last step: forward+backward (with DDP sync), clip+optimizer
