@@ -75,6 +75,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--build", default="build")
     p.add_argument("--sqrt-blocks", default="4,16,36")
+    p.add_argument("--precisions", default=",".join(PRECISIONS))
+    p.add_argument("--modes", default=",".join(MODES), help="'none' must come first")
     a = p.parse_args()
     print(f"bench/memory: {a.blocks} gpt2-124m blocks, seq {a.seq}, batch {a.batch}, "
           f"dropout 0.1, every-k k={a.k}, {a.threads} threads; time = median of {a.steps} "
@@ -85,9 +87,9 @@ def main():
     print(hdr)
     print("-" * len(hdr))
     results = {}
-    for precision in PRECISIONS:
+    for precision in [x for x in a.precisions.split(",") if x]:
         base = None
-        for mode in MODES:
+        for mode in [x for x in a.modes.split(",") if x]:
             r = row(a, precision, mode, a.blocks)
             results[(precision, mode)] = r
             if mode == "none":
