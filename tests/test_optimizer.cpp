@@ -55,6 +55,6 @@ TEST(GradClip, NormAndScale) {
   b.mutable_grad() = at::tensor({4.0f});
   std::vector<NamedParam> ps{{"a", a}, {"b", b}};
   EXPECT_DOUBLE_EQ(grad_norm_squared(ps), 25.0);
-  scale_gradients(ps, 0.5);
+  AdamW(ps, {}).step(/*lr=*/0.0, /*grad_scale=*/0.5);  // scales fp32 gradients in place
   EXPECT_DOUBLE_EQ(grad_norm_squared(ps), 6.25);
 }

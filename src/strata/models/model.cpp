@@ -18,7 +18,6 @@ void Model::set_recompute(RecomputeMode mode, int64_t k) {
     STRATA_CHECK(ok || !selective, "memory.recompute=selective recomputes attention cores, and ",
                  "this model's blocks have none; use full, every-k or sqrt");
   }
-  recompute_ = mode;
   segments_ = std::move(segments);
 }
 

@@ -42,7 +42,6 @@ class Model : public torch::nn::Module {
   // Chooses what the forward keeps for backward; an Error names a mode the model
   // cannot use (selective without attention, recompute_k out of range).
   void set_recompute(RecomputeMode mode, int64_t k);
-  RecomputeMode recompute_mode() const { return recompute_; }
   const std::vector<Segment>& segments() const { return segments_; }
 
   // Training FLOPs (forward + backward) per sample, for the MFU estimate.
@@ -55,7 +54,6 @@ class Model : public torch::nn::Module {
   std::vector<std::shared_ptr<Block>> blocks_;
 
  private:
-  RecomputeMode recompute_ = RecomputeMode::kNone;
   std::vector<Segment> segments_;  // empty: all blocks, nothing recomputed
 };
 

@@ -28,10 +28,9 @@ at::Tensor SelfAttention::core(const at::Tensor& q, const at::Tensor& k, const a
   // baddbmm. Kept for backward: q, k, the softmax output, the dropped
   // probabilities, v.
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  at::Tensor bias = at::zeros({1, T, T}, q.options());
-  if (causal_)
-    bias.masked_fill_(at::ones({T, T}, q.options().dtype(at::kBool)).triu(1),
-                      -std::numeric_limits<double>::infinity());
+  const at::Tensor bias =
+      causal_ ? at::full({1, T, T}, -std::numeric_limits<double>::infinity(), q.options()).triu(1)
+              : at::zeros({1, T, T}, q.options());
   at::Tensor scores = at::baddbmm(bias.expand({B * H, T, T}), q.reshape({B * H, T, D}),
                                   k.reshape({B * H, T, D}).transpose(1, 2), /*beta=*/1.0,
                                   /*alpha=*/1.0 / std::sqrt(static_cast<double>(D)))

@@ -84,10 +84,4 @@ double grad_norm_squared(const std::vector<NamedParam>& params) {
   return total;
 }
 
-void scale_gradients(const std::vector<NamedParam>& params, double factor) {
-  at::NoGradGuard no_grad;
-  for (const auto& p : params)
-    if (p.param.grad().defined()) p.param.mutable_grad().mul_(factor);
-}
-
 }  // namespace strata

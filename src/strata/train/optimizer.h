@@ -56,8 +56,7 @@ double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, doubl
 // Global L2 norm of the gradients (squares summed, reduced by the caller across
 // shards when sharded), accumulated in fp32 or wider whatever the gradient type: a
 // loss-scaled fp16 gradient's norm overflows fp16. Non-finite when any gradient
-// element is inf or NaN. scale_gradients scales them in place.
+// element is inf or NaN. Clipping scales them in AdamW::step (its grad_scale).
 double grad_norm_squared(const std::vector<NamedParam>& params);
-void scale_gradients(const std::vector<NamedParam>& params, double factor);
 
 }  // namespace strata
