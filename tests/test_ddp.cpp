@@ -25,11 +25,6 @@ std::string launch(int n, const std::string& args) {
          " --master-port auto -- " + ddp_worker_bin() + " " + args;
 }
 
-std::string train(const std::string& dir, const std::string& args) {
-  return strata_bin() + " train --logging.run_dir=" + dir +
-         " --logging.progress=off --training.eval_interval=0 " + args;
-}
-
 }  // namespace
 
 TEST(DdpBuckets, FirstBucketSmallThenCapInReadyOrder) {
@@ -139,7 +134,7 @@ TEST(DdpTraining, DebugGptMatchesOneProcessAtTwoAndFourRanks) {
   // norm of the difference over the L2 norm) at the end.
   const std::string common = "--training.steps=20 --training.batch_size=16 ";
   const std::string one = temp_dir("ddp-1");
-  ASSERT_EQ(run(train(one, common)).status, 0);
+  ASSERT_EQ(run(train_command(one, common)).status, 0);
   const auto ref = read_losses(one + "/metrics.jsonl");
   ASSERT_EQ(ref.size(), 20u);
   struct Case {
@@ -148,7 +143,7 @@ TEST(DdpTraining, DebugGptMatchesOneProcessAtTwoAndFourRanks) {
   for (const Case& c : {Case{"dp2", "--nproc 2"}, Case{"dp4", "--nproc 4"},
                         Case{"dp2-accum4", "--nproc 2 --training.micro_batch_size=2"}}) {
     const std::string dir = temp_dir("ddp-" + c.name);
-    auto r = run(train(dir, common + c.args), 300);
+    auto r = run(train_command(dir, common + c.args), 300);
     ASSERT_EQ(r.status, 0) << r.output;
     if (c.name == "dp2-accum4")
       EXPECT_NE(r.output.find("16 global = 2 micro x 4 accumulation x 2 dp"), std::string::npos);
@@ -168,10 +163,10 @@ TEST(DdpTraining, PowerSgdRank4LearnsAsWellWithTenthOfTheBytes) {
       "--nproc 2 --training.steps=300 --training.batch_size=8 --model.seq_len=64 "
       "--checkpoint.save_final=false ";
   const std::string plain = temp_dir("psgd-plain"), psgd = temp_dir("psgd-r4");
-  auto r = run(train(plain, common), 600);
+  auto r = run(train_command(plain, common), 600);
   ASSERT_EQ(r.status, 0) << r.output;
-  r = run(train(psgd, common + "--parallel.comm_hook=powersgd --parallel.powersgd_rank=4 "
-                               "--parallel.powersgd_start_iter=10"),
+  r = run(train_command(psgd, common + "--parallel.comm_hook=powersgd --parallel.powersgd_rank=4 "
+                                       "--parallel.powersgd_start_iter=10"),
           600);
   ASSERT_EQ(r.status, 0) << r.output;
   auto tail_mean = [](const std::vector<double>& l) {
@@ -206,5 +201,5 @@ TEST(DdpTraining, BadDdpSettingsAreOneClearLine) {
       {"--parallel.comm_hook=powersdg",
        "error: parallel.comm_hook='powersdg' is not known; did you mean 'powersgd'?"},
   };
-  for (const auto& c : cases) expect_one_error_line(train(dir, c.args), c.message);
+  for (const auto& c : cases) expect_one_error_line(train_command(dir, c.args), c.message);
 }

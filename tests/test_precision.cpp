@@ -21,11 +21,6 @@ using namespace strata::test;
 
 namespace {
 
-std::string train(const std::string& dir, const std::string& args) {
-  return strata_bin() + " train --logging.run_dir=" + dir +
-         " --logging.progress=off --training.eval_interval=0 " + args;
-}
-
 double mean_last(const std::vector<double>& v, size_t n) {
   return std::accumulate(v.end() - static_cast<int64_t>(n), v.end(), 0.0) / static_cast<double>(n);
 }
@@ -164,12 +159,12 @@ TEST(PrecisionTraining, InfOnOneRankSkipsTheStepEverywhere) {
   // then grow again after loss_scale_interval=3 clean steps; losses stay finite
   // (a rank that applied the inf would turn its replica, and the averaged loss, NaN).
   const std::string dir = temp_dir("fp16-inject");
-  auto r = run(
-      "env STRATA_INJECT_INF=1:4 " + train(dir,
-                                           "--nproc 2 --training.steps=8 --training.batch_size=8 "
-                                           "--memory.precision=fp16 --memory.loss_scale_interval=3 "
-                                           "--checkpoint.save_final=false"),
-      240);
+  auto r = run("env STRATA_INJECT_INF=1:4 " +
+                   train_command(dir,
+                                 "--nproc 2 --training.steps=8 --training.batch_size=8 "
+                                 "--memory.precision=fp16 --memory.loss_scale_interval=3 "
+                                 "--checkpoint.save_final=false"),
+               240);
   ASSERT_EQ(r.status, 0) << r.output;
   auto recs = read_metrics(dir + "/metrics.jsonl");
   ASSERT_EQ(recs.size(), 8u);
@@ -199,7 +194,7 @@ TEST(PrecisionTraining, HalfPrecisionLearnsLikeFp32) {
   std::map<std::string, std::vector<nlohmann::json>> recs;
   for (const std::string p : {"fp32", "bf16", "fp16"}) {
     const std::string dir = temp_dir("prec-" + p);
-    auto r = run(train(dir, common + "--memory.precision=" + p), 280);
+    auto r = run(train_command(dir, common + "--memory.precision=" + p), 280);
     ASSERT_EQ(r.status, 0) << r.output;
     recs[p] = read_metrics(dir + "/metrics.jsonl");
     ASSERT_EQ(recs[p].size(), 300u) << p;
@@ -232,9 +227,9 @@ TEST(PrecisionTraining, AutocastStyleKeepsFp32Parameters) {
   // master_weights=false: fp32 parameters, gradients and optimizer as an fp32 run,
   // fp16 compute with loss scaling; it learns.
   const std::string dir = temp_dir("prec-autocast");
-  auto r = run(train(dir,
-                     "--training.steps=30 --memory.precision=fp16 "
-                     "--memory.master_weights=false --checkpoint.save_final=false"));
+  auto r = run(train_command(dir,
+                             "--training.steps=30 --memory.precision=fp16 "
+                             "--memory.master_weights=false --checkpoint.save_final=false"));
   ASSERT_EQ(r.status, 0) << r.output;
   auto recs = read_metrics(dir + "/metrics.jsonl");
   ASSERT_EQ(recs.size(), 30u);
@@ -250,9 +245,10 @@ TEST(PrecisionTraining, Fp16ResumeReproducesLossesBitwise) {
       "--training.steps=10 --model.dropout=0.1 --memory.precision=fp16 "
       "--memory.loss_scale_interval=4 ";
   const std::string a = temp_dir("fp16-resume-a"), b = temp_dir("fp16-resume-b");
-  auto ra = run(train(a, common + "--checkpoint.interval=5"));
+  auto ra = run(train_command(a, common + "--checkpoint.interval=5"));
   ASSERT_EQ(ra.status, 0) << ra.output;
-  auto rb = run(train(b, common + "--checkpoint.resume=" + a + "/checkpoints/step-00000005"));
+  auto rb =
+      run(train_command(b, common + "--checkpoint.resume=" + a + "/checkpoints/step-00000005"));
   ASSERT_EQ(rb.status, 0) << rb.output;
   auto ma = read_metrics(a + "/metrics.jsonl"), mb = read_metrics(b + "/metrics.jsonl");
   ASSERT_EQ(ma.size(), 10u);
@@ -265,16 +261,16 @@ TEST(PrecisionTraining, Fp16ResumeReproducesLossesBitwise) {
 
 TEST(PrecisionTraining, BadSettingsAreOneClearLine) {
   const std::string dir = temp_dir("prec-bad");
-  expect_one_error_line(train(dir, "--memory.precision=fp8"),
+  expect_one_error_line(train_command(dir, "--memory.precision=fp8"),
                         "error: memory.precision='fp8' is not known");
-  expect_one_error_line(train(dir, "--memory.recompute=every-k --memory.recompute_k=0"),
+  expect_one_error_line(train_command(dir, "--memory.recompute=every-k --memory.recompute_k=0"),
                         "error: memory.recompute_k=0 must be >= 1");
-  expect_one_error_line(train(dir, "--memory.recompute=every-k --memory.recompute_k=5"),
+  expect_one_error_line(train_command(dir, "--memory.recompute=every-k --memory.recompute_k=5"),
                         "error: memory.recompute_k=5 must be between 1 and the model's 4 blocks");
-  expect_one_error_line(train(dir,
-                              "--model.flavour=mlp --data.source=synthetic "
-                              "--memory.recompute=selective"),
+  expect_one_error_line(train_command(dir,
+                                      "--model.flavour=mlp --data.source=synthetic "
+                                      "--memory.recompute=selective"),
                         "error: memory.recompute=selective recomputes attention cores");
-  expect_one_error_line(train(dir, "--memory.loss_scale_backoff=2"),
+  expect_one_error_line(train_command(dir, "--memory.loss_scale_backoff=2"),
                         "error: memory.loss_scale_backoff=2 must be in (0, 1)");
 }

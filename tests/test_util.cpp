@@ -46,6 +46,11 @@ std::string source_dir() {
   return STRATA_SOURCE_DIR;
 }
 
+std::string train_command(const std::string& run_dir, const std::string& args) {
+  return strata_bin() + " train --logging.run_dir=" + run_dir +
+         " --logging.progress=off --training.eval_interval=0 " + args;
+}
+
 std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("strata-test-" + std::to_string(getpid()) + "-" + name);

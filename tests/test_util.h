@@ -16,6 +16,8 @@ std::string strata_bin();
 std::string comm_worker_bin();
 std::string ddp_worker_bin();
 std::string source_dir();
+// `strata train` with run_dir, the progress bar off and no periodic evaluation, then args.
+std::string train_command(const std::string& run_dir, const std::string& args);
 // A fresh empty directory under the build's temp area.
 std::string temp_dir(const std::string& name);
 // The records of a metrics.jsonl, in order.

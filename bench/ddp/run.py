@@ -14,19 +14,14 @@ Not a test: numbers depend on the machine. Strata runs from build/strata.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from common import add_run_args, free_port  # noqa: E402
 
 
 def run_strata(a, run_dir):
@@ -59,14 +54,7 @@ def run_torch(a, extra):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--strata", default=os.path.join(ROOT, "build", "strata"))
-    p.add_argument("--world", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--batch", type=int, default=1, help="sequences per rank per step")
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=3, help="first steps not timed")
-    p.add_argument("--repeats", type=int, default=3)
+    add_run_args(p, ROOT, steps=8, warmup=3, repeats=3)
     p.add_argument("--bucket-cap-mb", type=float, default=25)
     p.add_argument("--no-view-variant", action="store_true",
                    help="skip PyTorch with gradient_as_bucket_view=True")

@@ -63,6 +63,38 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
+def make_optimizer(model):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+        lr=1e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+
+
+def train(wrapped, model, vocab, batch, seq, steps, rank, before_step=None, record=None):
+    """Strata's step on random tokens; rank 0 prints one JSON line per step (step,
+    step_ms, loss, plus what record() adds). before_step() runs before the clock starts."""
+    opt = make_optimizer(model)
+    gen = torch.Generator().manual_seed(1000 + rank)
+    for step in range(steps):
+        if before_step:
+            before_step()
+        t0 = time.perf_counter()
+        data = torch.randint(vocab, (batch, seq + 1), generator=gen)
+        loss = wrapped(data[:, :-1], data[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
+        opt.step()
+        opt.zero_grad()
+        mean = torch.tensor([loss.item()], dtype=torch.float64)
+        dist.all_reduce(mean)
+        ms = (time.perf_counter() - t0) * 1000
+        if rank == 0:
+            rec = {"step": step + 1, "step_ms": ms, "loss": mean.item() / dist.get_world_size()}
+            rec.update(record() if record else {})
+            print(json.dumps(rec), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--vocab", type=int, default=50257)
@@ -82,26 +114,7 @@ def main():
     torch.manual_seed(1337)
     model = Gpt(a.vocab, a.seq, a.d, a.heads, a.layers)
     ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb, gradient_as_bucket_view=a.grad_as_bucket_view)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-        lr=1e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
-    gen = torch.Generator().manual_seed(1000 + rank)
-    for step in range(a.steps):
-        t0 = time.perf_counter()
-        data = torch.randint(a.vocab, (a.batch, a.seq + 1), generator=gen)
-        loss = ddp(data[:, :-1], data[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
-        opt.step()
-        opt.zero_grad()
-        mean = torch.tensor([loss.item()], dtype=torch.float64)
-        dist.all_reduce(mean)
-        ms = (time.perf_counter() - t0) * 1000
-        if rank == 0:
-            print(json.dumps({"step": step + 1, "step_ms": ms, "loss": mean.item() / dist.get_world_size()}),
-                  flush=True)
+    train(ddp, model, a.vocab, a.batch, a.seq, a.steps, rank)
     dist.destroy_process_group()
 
 

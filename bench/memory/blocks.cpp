@@ -16,6 +16,7 @@
 #include <string>
 
 #include "strata/memory/precision.h"
+#include "strata/memory/process_memory.h"
 #include "strata/memory/recompute.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/transformer.h"
@@ -41,17 +42,6 @@ class BlockStack : public Model {
   double flops_per_sample() const override { return 0; }
   int64_t tokens_per_sample() const override { return 0; }
 };
-
-// Resident-set high-water mark since the last reset (Linux), in bytes.
-void reset_rss_peak() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
-int64_t rss_field(const std::string& key) {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
-  return -1;
-}
 
 }  // namespace
 
@@ -89,7 +79,7 @@ int main(int argc, char** argv) {
     for (int64_t s = 0; s < num("warmup") + num("steps"); ++s) {
       reset_memory_peaks();
       reset_rss_peak();
-      const int64_t rss0 = rss_field("VmRSS");
+      const int64_t rss0 = rss_bytes();
       const auto t0 = std::chrono::steady_clock::now();
       auto t_fwd = t0;
       {
@@ -114,7 +104,7 @@ int main(int argc, char** argv) {
           {"ms", ms},
           {"forward_ms", std::chrono::duration<double, std::milli>(t_fwd - t0).count()},
           {"activation_peak", m.peak[static_cast<size_t>(Category::kActivations)]},
-          {"rss_peak_delta", rss_field("VmHWM") - rss0}};
+          {"rss_peak_delta", rss_peak_bytes() - rss0}};
       std::cout << rec.dump() << std::endl;
     }
   } catch (const std::exception& e) {

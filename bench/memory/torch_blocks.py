@@ -4,12 +4,17 @@ backward under one precision and recompute mode with torch.utils.checkpoint
 import argparse
 import json
 import math
+import os
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import reset_rss_peak, rss  # noqa: E402
 
 
 class Attention(nn.Module):
@@ -51,13 +56,6 @@ def segments(mode, n, k):
     return [(b, min(b + k, n), True) for b in range(0, n, k)]
 
 
-def rss(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    return -1
-
-
 def main():
     p = argparse.ArgumentParser()
     for name, default in [("blocks", 12), ("seq", 512), ("batch", 1), ("d", 768), ("heads", 12),
@@ -85,8 +83,7 @@ def main():
         return h
 
     for s in range(a.warmup + a.steps):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
+        reset_rss_peak()
         rss0 = rss("VmRSS")
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=dt, enabled=dt != torch.float32):

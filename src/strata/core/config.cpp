@@ -68,6 +68,9 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel", "powersgd_warm_start", &p.powersgd_warm_start},
       {"parallel", "powersgd_orth_eps", &p.powersgd_orth_eps},
       {"parallel", "powersgd_seed", &p.powersgd_seed},
+      {"parallel", "zero", &p.zero},
+      {"parallel", "offload", &p.offload},
+      {"parallel", "zero_prefetch", &p.zero_prefetch},
       {"memory", "track", &me.track},
       {"memory", "precision", &me.precision},
       {"memory", "master_weights", &me.master_weights},
@@ -305,6 +308,15 @@ void validate_config(const Config& c) {
   STRATA_CHECK(p.first_bucket_mb > 0, "parallel.first_bucket_mb=", p.first_bucket_mb,
                " must be positive (default 1)");
   check_one_of("parallel.comm_hook", p.comm_hook, {"none", "fp16", "bf16", "powersgd"});
+  STRATA_CHECK(p.zero >= 0 && p.zero <= 3, "parallel.zero=", p.zero,
+               " is not a ZeRO stage; choose 0 (plain DDP), 1, 2 or 3");
+  STRATA_CHECK(!p.offload || p.zero >= 1,
+               "parallel.offload=true moves ZeRO's sharded optimizer state to host memory and "
+               "needs parallel.zero=1, 2 or 3 (it is 0)");
+  STRATA_CHECK(p.zero == 0 || p.comm_hook == "none", "parallel.comm_hook=", p.comm_hook,
+               " compresses DDP's all-reduce; ZeRO (parallel.zero=", p.zero,
+               ") reduce-scatters uncompressed gradients: set parallel.comm_hook=none or "
+               "parallel.zero=0");
   const auto& me = c.memory;
   check_one_of("memory.precision", me.precision, {"fp32", "bf16", "fp16"});
   check_one_of("memory.recompute", me.recompute, {"none", "full", "every-k", "sqrt", "selective"});

@@ -67,6 +67,11 @@ struct ParallelConfig {
   bool powersgd_warm_start = true;
   double powersgd_orth_eps = 0;  // Gram-Schmidt epsilon (0 as PyTorch)
   int64_t powersgd_seed = 0;     // random initial Q, the same on every rank
+  // ZeRO (parallel/zero): 0 = plain DDP; 1 optimizer state, 2 + gradients,
+  // 3 + parameters partitioned over the dp ranks.
+  int64_t zero = 0;
+  bool offload = false;       // optimizer state + fp32 masters in host memory, stepped there
+  bool zero_prefetch = true;  // stage 3: gather the next unit while the current one runs
 };
 
 struct MemoryConfig {

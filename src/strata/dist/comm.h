@@ -72,6 +72,8 @@ class Comm {
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
   const std::string& axis() const { return axis_; }
+  // The c10d backend's name ("gloo", "nccl"; "self" for a group of one).
+  std::string backend() const { return pg_ ? pg_->getBackendName() : "self"; }
   // Global rank of group member i.
   int64_t global_rank(int64_t i) const { return global_ranks_.empty() ? 0 : global_ranks_.at(i); }
 

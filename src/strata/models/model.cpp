@@ -21,14 +21,20 @@ void Model::set_recompute(RecomputeMode mode, int64_t k) {
   segments_ = std::move(segments);
 }
 
+at::Tensor Model::run_block(int64_t i, at::Tensor x) {
+  if (hooks_) hooks_->pre_forward(i);
+  x = blocks_[static_cast<size_t>(i)]->forward(x);
+  return hooks_ ? hooks_->post_forward(i, std::move(x)) : x;
+}
+
 at::Tensor Model::run_blocks(at::Tensor x) {
   if (segments_.empty()) {
-    for (auto& blk : blocks_) x = blk->forward(x);
+    for (int64_t i = 0; i < num_blocks(); ++i) x = run_block(i, std::move(x));
     return x;
   }
   for (const Segment& s : segments_) {
     auto run = [this, s](at::Tensor h) {
-      for (int64_t i = s.begin; i < s.end; ++i) h = blocks_[static_cast<size_t>(i)]->forward(h);
+      for (int64_t i = s.begin; i < s.end; ++i) h = run_block(i, std::move(h));
       return h;
     };
     if (!s.recompute) {

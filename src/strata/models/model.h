@@ -28,6 +28,15 @@ class Block : public torch::nn::Module {
   virtual bool set_selective_recompute(bool /*on*/) { return false; }
 };
 
+// Called around each block's forward, inside recomputation too: ZeRO-3 gathers a
+// block's parameters before it runs and frees them after (parallel/zero).
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  virtual void pre_forward(int64_t block) = 0;
+  virtual at::Tensor post_forward(int64_t block, at::Tensor out) = 0;
+};
+
 // Every model is an explicit list of blocks: embed -> block[0..L) -> head (+ loss).
 class Model : public torch::nn::Module {
  public:
@@ -43,6 +52,8 @@ class Model : public torch::nn::Module {
   // cannot use (selective without attention, recompute_k out of range).
   void set_recompute(RecomputeMode mode, int64_t k);
   const std::vector<Segment>& segments() const { return segments_; }
+  // Installs (or, with nullptr, removes) hooks around every block's forward.
+  void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
 
   // Training FLOPs (forward + backward) per sample, for the MFU estimate.
   virtual double flops_per_sample() const = 0;
@@ -54,7 +65,9 @@ class Model : public torch::nn::Module {
   std::vector<std::shared_ptr<Block>> blocks_;
 
  private:
+  at::Tensor run_block(int64_t i, at::Tensor x);
   std::vector<Segment> segments_;  // empty: all blocks, nothing recomputed
+  BlockHooks* hooks_ = nullptr;
 };
 
 }  // namespace strata

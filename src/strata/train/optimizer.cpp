@@ -6,6 +6,10 @@
 
 namespace strata {
 
+const at::Tensor& grad_of(const NamedParam& p) {
+  return p.grad.defined() ? p.grad : p.param.grad();
+}
+
 AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions opts, bool master_weights)
     : params_(std::move(params)), opts_(opts) {
   at::NoGradGuard no_grad;
@@ -20,11 +24,11 @@ AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions opts, bool master_weig
   }
 }
 
-void AdamW::step(double lr, double grad_scale) {
+void AdamW::step(double lr, double grad_scale, size_t begin, size_t end) {
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = begin; i < std::min(end, params_.size()); ++i) {
     const at::Tensor& model_param = params_[i].param;
-    at::Tensor g = model_param.grad();
+    at::Tensor g = grad_of(params_[i]);
     if (!g.defined()) continue;
     State& s = state_[i];
     at::Tensor p = s.master.defined() ? s.master : model_param;
@@ -32,10 +36,11 @@ void AdamW::step(double lr, double grad_scale) {
       g = g.to(p.scalar_type());  // a transient fp32 copy of one gradient
       if (grad_scale != 1.0) g.mul_(grad_scale);
     } else if (grad_scale != 1.0) {
-      model_param.mutable_grad().mul_(grad_scale);
+      g.mul_(grad_scale);
     }
     s.step += 1;
-    if (p.dim() >= 2 && opts_.weight_decay != 0) p.mul_(1.0 - lr * opts_.weight_decay);
+    const bool decay = params_[i].decay < 0 ? p.dim() >= 2 : params_[i].decay > 0;
+    if (decay && opts_.weight_decay != 0) p.mul_(1.0 - lr * opts_.weight_decay);
     s.exp_avg.lerp_(g, 1.0 - opts_.beta1);
     s.exp_avg_sq.mul_(opts_.beta2).addcmul_(g, g, 1.0 - opts_.beta2);
     const double bc1 = 1.0 - std::pow(opts_.beta1, static_cast<double>(s.step));
@@ -47,8 +52,10 @@ void AdamW::step(double lr, double grad_scale) {
 }
 
 void AdamW::zero_grad() {
-  for (auto& p : params_)
-    if (p.param.grad().defined()) p.param.mutable_grad().zero_();
+  for (auto& p : params_) {
+    at::Tensor g = grad_of(p);
+    if (g.defined()) g.zero_();
+  }
 }
 
 double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, double min_lr) {
@@ -60,28 +67,27 @@ double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, doubl
 }
 
 double grad_norm_squared(const std::vector<NamedParam>& params) {
-  double total = 0;
+  // Note [partition-invariant norm]: each element is squared exactly in fp64 (a
+  // float's square fits in a double) and the squares are summed in fp64, in chunks
+  // small enough to stay in cache. So the norm does not depend, beyond ~1e-16, on
+  // how the gradients are split into tensors or shards: ZeRO's shards and DDP's
+  // whole tensors give the same clipping factor once it is rounded to the
+  // gradients' precision, and the runs stay equal. (A float-accumulated norm per
+  // tensor differs by ~1e-7 between splits, which Adam amplifies in parameters
+  // with near-zero gradients.) Half gradients cannot overflow it either.
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  at::Tensor acc;
   for (const auto& p : params) {
-    const auto& g = p.param.grad();
-    if (!g.defined()) continue;
-    if (g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble) {
-      // Reduced in the gradient's own dtype (a cascade sum): asking for kDouble would
-      // first copy every gradient to double, twice its size.
-      const double n = at::linalg_vector_norm(g, 2).item<double>();
-      total += n * n;
-      continue;
-    }
-    // Half gradients: on CPU a reduction to fp32 first copies its input to fp32, so
-    // go in chunks to keep that copy small.
-    constexpr int64_t kChunk = int64_t{1} << 20;
+    const auto& g = grad_of(p);
+    if (!g.defined() || g.numel() == 0) continue;
+    if (!acc.defined()) acc = at::zeros({}, g.options().dtype(at::kDouble));
     at::Tensor flat = g.reshape({-1});
     for (int64_t b = 0; b < flat.numel(); b += kChunk) {
-      at::Tensor part = flat.narrow(0, b, std::min(kChunk, flat.numel() - b));
-      const double n = at::linalg_vector_norm(part, 2, {}, false, at::kFloat).item<double>();
-      total += n * n;
+      at::Tensor d = flat.narrow(0, b, std::min(kChunk, flat.numel() - b)).to(at::kDouble);
+      acc.add_(at::dot(d, d));
     }
   }
-  return total;
+  return acc.defined() ? acc.item<double>() : 0.0;
 }
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 #pragma once
 #include <ATen/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,7 +10,14 @@ namespace strata {
 struct NamedParam {
   std::string name;
   at::Tensor param;
+  // Set by sharded optimizers, whose pieces are flat views: the gradient to use
+  // instead of param.grad(), and whether weight decay applies (-1: by the
+  // parameter's own rank, dim >= 2).
+  at::Tensor grad = {};
+  int decay = -1;
 };
+// The gradient an optimizer reads for p (p.grad when set, else p.param.grad()).
+const at::Tensor& grad_of(const NamedParam& p);
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
@@ -31,7 +39,9 @@ class AdamW {
   // unscaling and clipping in one factor; fp32 gradients are scaled in place, as
   // clip_grad_norm_ and GradScaler.unscale_ do). Parameters without a gradient are
   // skipped (their step count does not advance, as in PyTorch).
-  void step(double lr, double grad_scale = 1.0);
+  // Parameters [begin, end) only when given (a sharded optimizer steps a group at a
+  // time to overlap communication).
+  void step(double lr, double grad_scale = 1.0, size_t begin = 0, size_t end = SIZE_MAX);
   // Zeroes gradients in place: their memory stays (see Note [gradient buffers]).
   void zero_grad();
 
@@ -53,10 +63,10 @@ class AdamW {
 // min_lr at total_steps.
 double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, double min_lr);
 
-// Global L2 norm of the gradients (squares summed, reduced by the caller across
-// shards when sharded), accumulated in fp32 or wider whatever the gradient type: a
-// loss-scaled fp16 gradient's norm overflows fp16. Non-finite when any gradient
-// element is inf or NaN. Clipping scales them in AdamW::step (its grad_scale).
+// Squared global L2 norm of the gradients (reduced by the caller across shards when
+// sharded), in fp64 whatever the gradient type, independent of how the gradients
+// are split (Note [partition-invariant norm]). Non-finite when any gradient element
+// is inf or NaN. Clipping scales them in AdamW::step (its grad_scale).
 double grad_norm_squared(const std::vector<NamedParam>& params);
 
 }  // namespace strata

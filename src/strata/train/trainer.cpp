@@ -15,6 +15,7 @@
 #include "strata/core/errors.h"
 #include "strata/core/logging.h"
 #include "strata/memory/device_stats.h"
+#include "strata/memory/process_memory.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
 #include "strata/train/checkpoint.h"
@@ -101,6 +102,7 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   // Every rank builds the same initial weights from the seed; dropout then gets
   // a per-rank stream (reseeded below).
   at::manual_seed(static_cast<uint64_t>(t.seed));
+  rss_base_ = rss_bytes();  // the runtime, libraries and data, before any model state
   {
     MemoryScope scope(Category::kParameters);
     model_ = build_model(spec_);
@@ -129,7 +131,14 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
       frozen_.push_back({item.key(), item.value()});
   }
   Comm& dp_comm = mesh_->comm(Axis::kDp);
-  if (dp_comm.size() > 1) {
+  if (p.zero > 0) {
+    if (dp_comm.size() == 1)
+      log_rank0("parallel.zero=", p.zero, " with dp=1: the one rank holds every shard, so ZeRO ",
+                "saves no memory here",
+                p.offload ? " (offload still moves the optimizer state to host memory)" : "");
+    // ZeRO broadcasts and checks like DDP, then shards; it owns the optimizer.
+    zero_ = std::make_unique<ZeroDataParallel>(model_, dp_comm, zero_options_from(cfg_));
+  } else if (dp_comm.size() > 1) {
     // DDP broadcasts rank 0's weights, checks that every rank built the same model,
     // and makes the gradients views into its buckets (they are tagged kGradients).
     ddp_ = std::make_unique<DistributedDataParallel>(model_, dp_comm, ddp_options_from(p));
@@ -141,7 +150,7 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
     MemoryScope scope(Category::kGradients);
     for (auto& np : params_) np.param.mutable_grad() = at::zeros_like(np.param);
   }
-  {
+  if (!zero_) {
     MemoryScope scope(Category::kOptimizer);
     opt_ = std::make_unique<AdamW>(params_, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay},
                                    /*master_weights=*/cfg_.memory.master_weights);
@@ -170,6 +179,7 @@ void Trainer::print_startup() {
               cfg_.parallel.bucket_cap_mb, " MiB, first ", cfg_.parallel.first_bucket_mb,
               " MiB), comm hook ", ddp_->hook().name(),
               cfg_.parallel.find_unused_parameters ? ", finds unused parameters" : "");
+  if (zero_) log_rank0("zero        ", zero_->describe());
   const auto& me = cfg_.memory;
   log_rank0("memory      precision ", me.precision,
             precision_ == Precision::kFp32 ? ""
@@ -207,10 +217,14 @@ std::optional<double> Trainer::check_gradients(int64_t step) {
   for (int64_t s : inject_inf_steps_) {
     if (s != step + 1 || params_.empty()) continue;
     at::NoGradGuard no_grad;
-    params_[0].param.mutable_grad().view({-1}).narrow(0, 0, 1).fill_(INFINITY);
+    if (zero_)
+      zero_->inject_inf();
+    else
+      params_[0].param.mutable_grad().view({-1}).narrow(0, 0, 1).fill_(INFINITY);
   }
   const double scale = scaler_->scale();
-  const double norm2 = grad_norm_squared(params_);
+  // Under ZeRO each rank holds a shard of the gradients: the norm is all-reduced.
+  const double norm2 = zero_ ? zero_->grad_norm_squared() : grad_norm_squared(params_);
   grad_norm_ = std::sqrt(norm2) / scale;
   skipped_ = false;
   if (scaler_->enabled()) {
@@ -245,12 +259,8 @@ double Trainer::train_step(int64_t step) {
     // reduces the sum over dp (DDP's no_sync).
     std::optional<DistributedDataParallel::NoSync> no_sync;
     if (ddp_ && m + 1 < accum_) no_sync.emplace(*ddp_);
-    at::Tensor loss;
-    {
-      AutocastScope autocast(device_.type(), compute_dtype_);
-      loss = ddp_ ? ddp_->forward_loss([&] { return model_->forward_loss(b); })
-                  : model_->forward_loss(b);
-    }
+    if (zero_) zero_->set_sync(m + 1 == accum_);
+    at::Tensor loss = forward_loss(b);
     (loss * backward_factor).backward();
     loss_sum += loss.item<double>();
   }
@@ -258,10 +268,17 @@ double Trainer::train_step(int64_t step) {
   {
     // The gradient-norm pass and the update's transients are the optimizer's.
     MemoryScope scope(Category::kOptimizer);
-    if (auto factor = check_gradients(step))
-      opt_->step(lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr), *factor);
+    if (auto factor = check_gradients(step)) {
+      const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
+      if (zero_)
+        zero_->step(lr, *factor);
+      else
+        opt_->step(lr, *factor);
+    }
   }
-  if (ddp_)
+  if (zero_)
+    zero_->zero_grad();
+  else if (ddp_)
     ddp_->zero_grad();  // Note [DDP zero_grad]
   else
     opt_->zero_grad();
@@ -269,6 +286,14 @@ double Trainer::train_step(int64_t step) {
   phase_ms_ = {std::chrono::duration<double, std::milli>(t1 - t0).count(),
                std::chrono::duration<double, std::milli>(t2 - t1).count()};
   return average_over_dp(loss_sum / static_cast<double>(accum_));
+}
+
+at::Tensor Trainer::forward_loss(const Batch& b) {
+  AutocastScope autocast(device_.type(), compute_dtype_);
+  auto f = [&] { return model_->forward_loss(b); };
+  if (zero_) return zero_->forward_loss(f);
+  if (ddp_) return ddp_->forward_loss(f);
+  return f();
 }
 
 double Trainer::evaluate() {
@@ -285,8 +310,7 @@ double Trainer::evaluate() {
     MemoryScope scope(Category::kActivations);
     std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin),
                                idx.begin() + static_cast<int64_t>(begin) + micro_);
-    AutocastScope autocast(device_.type(), compute_dtype_);
-    sum += model_->forward_loss(to_device(data_.eval->get(chunk))).item<double>();
+    sum += forward_loss(to_device(data_.eval->get(chunk))).item<double>();
     ++n;
   }
   model_->train();
@@ -296,7 +320,9 @@ double Trainer::evaluate() {
 void Trainer::save(int64_t step) {
   const std::string tmp = ckpt_root_ + "/" + checkpoint_dir_name(step) + ".tmp";
   std::vector<TensorPiece> pieces;
-  if (info_.rank == 0) {
+  // ZeRO gathers its shards (every rank takes part) into the same full tensors.
+  if (zero_) pieces = zero_->gathered_state();
+  if (info_.rank == 0 && !zero_) {
     auto& st = opt_->state();
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& name = params_[i].name;
@@ -358,8 +384,9 @@ void Trainer::resume() {
                "checkpoint ", dir, " was written with dp=", layout["dp"].dump(),
                " tp=", layout["tp"].dump(), " pp=", layout["pp"].dump(), " but this run is ",
                mesh_->dims().to_string(), "; resume with the same layout");
-  auto& st = opt_->state();
-  for (size_t i = 0; i < params_.size(); ++i) {
+  if (zero_) zero_->load_state(r);
+  for (size_t i = 0; i < params_.size() && !zero_; ++i) {
+    auto& st = opt_->state();
     const auto& name = params_[i].name;
     if (st[i].master.defined()) {
       r.read("model." + name, st[i].master);
@@ -413,6 +440,7 @@ TrainSummary Trainer::run() {
   CommStats::get().take();
   for (int64_t step = start_step_; step < t.steps; ++step) {
     reset_memory_peaks();
+    reset_rss_peak();
     if (device_.is_cuda()) reset_cuda_peaks(device_.index());
     auto t0 = std::chrono::steady_clock::now();
     const double loss = train_step(step);
@@ -444,7 +472,8 @@ TrainSummary Trainer::run() {
         {"mem_current", category_json(mem.current)},
         {"mem_peak", category_json(mem.peak)},
         {"mem_peak_total", mem.total_peak},
-        {"mem_at_peak", category_json(mem.at_total_peak)}};
+        {"mem_at_peak", category_json(mem.at_total_peak)},
+        {"rss", {{"peak", rss_peak_bytes()}, {"current", rss_bytes()}, {"base", rss_base_}}}};
     if (scaler_->enabled()) {
       rec["loss_scale"] = scaler_->scale();
       rec["skipped"] = skipped_;
@@ -456,6 +485,15 @@ TrainSummary Trainer::run() {
                     {"bytes_uncompressed", d.bytes_uncompressed},
                     {"comm_ms", d.comm_ms},
                     {"hidden_fraction", d.hidden_fraction()}};
+    }
+    if (zero_) {
+      const ZeroStats z = zero_->take_stats();
+      rec["zero"] = {{"stage", zero_->stage()},
+                     {"gathers", z.gathers},
+                     {"reduce_scatters", z.reduce_scatters},
+                     {"bytes_gathered", z.bytes_gathered},
+                     {"bytes_reduced", z.bytes_reduced},
+                     {"wait_ms", z.wait_ms}};
     }
     if (auto dev = device_.is_cuda() ? cuda_memory_stats(device_.index()) : std::nullopt) {
       rec["cuda_mem"] = {{"allocated", dev->allocated},

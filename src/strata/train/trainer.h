@@ -12,6 +12,7 @@
 #include "strata/memory/precision.h"
 #include "strata/models/model.h"
 #include "strata/parallel/data/ddp.h"
+#include "strata/parallel/zero/zero.h"
 #include "strata/train/data/sampler.h"
 #include "strata/train/data/source.h"
 #include "strata/train/metrics.h"
@@ -38,6 +39,7 @@ class Trainer {
 
   Model& model() { return *model_; }
   DistributedDataParallel* ddp() { return ddp_.get(); }
+  ZeroDataParallel* zero() { return zero_.get(); }
   int64_t grad_accum() const { return accum_; }
 
  private:
@@ -51,6 +53,7 @@ class Trainer {
   // optimizer applies to the gradients, or nothing when the step is skipped.
   std::optional<double> check_gradients(int64_t step);
   Batch to_device(Batch b) const;
+  at::Tensor forward_loss(const Batch& b);
 
   Config cfg_;
   WorldInfo info_;
@@ -60,8 +63,9 @@ class Trainer {
   std::shared_ptr<Model> model_;
   std::vector<NamedParam> params_;  // trainable
   std::vector<NamedParam> frozen_;
-  std::unique_ptr<DistributedDataParallel> ddp_;  // dp > 1
-  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<DistributedDataParallel> ddp_;  // dp > 1, zero = 0
+  std::unique_ptr<ZeroDataParallel> zero_;        // zero >= 1 (it owns the optimizer)
+  std::unique_ptr<AdamW> opt_;                    // without ZeRO
   std::unique_ptr<DistributedSampler> sampler_;
   Precision precision_ = Precision::kFp32;
   at::ScalarType compute_dtype_ = at::kFloat;
@@ -71,6 +75,7 @@ class Trainer {
   std::vector<int64_t> inject_inf_steps_;  // STRATA_INJECT_INF, for tests
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
+  int64_t rss_base_ = 0;              // process RSS before the model was built
   std::array<double, 2> phase_ms_{};  // last step: forward+backward (with DDP sync), clip+optimizer
   at::Device device_{at::kCPU};
   std::string ckpt_root_;

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -16,69 +15,12 @@
 #include "strata/memory/tracking_allocator.h"
 #include "strata/parallel/data/bucket.h"
 #include "strata/parallel/data/powersgd.h"
+#include "strata/parallel/replicate.h"
 
 namespace strata {
 
 namespace {
-
 constexpr double kMiB = 1024.0 * 1024.0;
-// Coalesced broadcasts move at most this much at a time (bounds the temporary copy).
-constexpr int64_t kBroadcastChunkBytes = 64 << 20;
-
-// Broadcasts tensors from root with few collectives: same-dtype runs are packed into
-// flat chunks, sent, and copied back.
-void broadcast_coalesced(Comm& comm, const std::vector<at::Tensor>& tensors, int64_t root) {
-  if (comm.size() == 1 || tensors.empty()) return;
-  at::NoGradGuard no_grad;
-  MemoryScope scope(Category::kCommBuffers);
-  size_t i = 0;
-  while (i < tensors.size()) {
-    std::vector<at::Tensor> group{tensors[i]};
-    int64_t bytes = static_cast<int64_t>(tensors[i].nbytes());
-    size_t j = i + 1;
-    while (j < tensors.size() && tensors[j].scalar_type() == tensors[i].scalar_type() &&
-           bytes + static_cast<int64_t>(tensors[j].nbytes()) <= kBroadcastChunkBytes) {
-      bytes += static_cast<int64_t>(tensors[j].nbytes());
-      group.push_back(tensors[j++]);
-    }
-    std::vector<at::Tensor> flat;
-    for (auto& t : group) flat.push_back(t.reshape({-1}));
-    at::Tensor buf = at::cat(flat);
-    comm.broadcast(buf, root).wait();
-    int64_t off = 0;
-    for (auto& t : group) {
-      at::Tensor dst = t;
-      dst.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
-      off += t.numel();
-    }
-    i = j;
-  }
-}
-
-std::string describe(const std::string& name, const at::Tensor& t) {
-  std::ostringstream os;
-  os << name << " " << t.sizes() << " " << c10::toString(t.scalar_type());
-  return os.str();
-}
-
-// Broadcasts a string from root (length, then bytes).
-std::string broadcast_string(Comm& comm, const std::string& s, int64_t root) {
-  at::Tensor len = at::full({1}, static_cast<int64_t>(s.size()), at::kLong);
-  comm.broadcast(len, root).wait();
-  at::Tensor bytes = at::zeros({len.item<int64_t>()}, at::kByte);
-  if (comm.rank() == root) std::memcpy(bytes.data_ptr(), s.data(), s.size());
-  comm.broadcast(bytes, root).wait();
-  return std::string(static_cast<const char*>(bytes.data_ptr()),
-                     static_cast<size_t>(bytes.numel()));
-}
-
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream is(s);
-  for (std::string line; std::getline(is, line);) out.push_back(line);
-  return out;
-}
-
 }  // namespace
 
 DdpOptions ddp_options_from(const ParallelConfig& p) {
@@ -127,7 +69,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     params_.push_back(item.value());
   }
   STRATA_CHECK(!params_.empty(), "DDP: the model has no parameter that requires a gradient");
-  verify_same_parameters();
+  verify_same_parameters(comm_, names_, params_, "DDP");
   broadcast_coalesced(comm_, params_, 0);
   if (opts_.broadcast_buffers) before_forward();
 
@@ -137,63 +79,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(params_.size() - 1 - i);
   build_buckets(plan_buckets(order));
 
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    STRATA_ASSERT(acc, "no gradient accumulator for ", names_[i]);
-    const auto index = static_cast<int64_t>(i);
-    hook_keys_.push_back(
-        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-            [this, index](const torch::autograd::variable_list& outputs,
-                          const torch::autograd::variable_list&) {
-              mark_ready(index);
-              return outputs;
-            })));
-    param_of_node_[acc.get()] = index;
-    // Held so the accumulator (and its hook) outlives each step's graph.
-    accumulators_.push_back(std::move(acc));
-  }
+  ready_hooks_ =
+      std::make_unique<GradReadyHooks>(params_, names_, [this](int64_t i) { mark_ready(i); });
+  for (size_t i = 0; i < params_.size(); ++i)
+    param_of_node_[ready_hooks_->node(i)] = static_cast<int64_t>(i);
   reset_step();
 }
 
-DistributedDataParallel::~DistributedDataParallel() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
-}
-
-void DistributedDataParallel::verify_same_parameters() {
-  if (comm_.size() == 1) return;
-  std::string mine;
-  std::vector<std::string> mine_lines;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    mine_lines.push_back(describe(names_[i], params_[i]));
-    mine += mine_lines.back() + "\n";
-  }
-  const auto theirs = split_lines(broadcast_string(comm_, mine, 0));
-  int64_t first = std::numeric_limits<int64_t>::max();
-  const size_t common = std::min(theirs.size(), mine_lines.size());
-  for (size_t i = 0; i < common && first == std::numeric_limits<int64_t>::max(); ++i)
-    if (theirs[i] != mine_lines[i]) first = static_cast<int64_t>(i);
-  if (first == std::numeric_limits<int64_t>::max() && theirs.size() != mine_lines.size())
-    first = static_cast<int64_t>(common);
-  // Every rank learns the lowest differing index and the lowest rank that differs
-  // there, so all of them fail with the same message instead of some hanging.
-  const int64_t world = comm_.size();
-  at::Tensor code = at::full(
-      {1}, first == std::numeric_limits<int64_t>::max() ? first : first * world + comm_.rank(),
-      at::kLong);
-  comm_.all_reduce(code, c10d::ReduceOp::MIN).wait();
-  const int64_t c = code.item<int64_t>();
-  if (c == std::numeric_limits<int64_t>::max()) return;
-  const int64_t idx = c / world, bad = c % world;
-  auto line = [&](const std::vector<std::string>& lines) {
-    return static_cast<size_t>(idx) < lines.size()
-               ? "'" + lines[static_cast<size_t>(idx)] + "'"
-               : std::string("no parameter there (") + std::to_string(lines.size()) + " in all)";
-  };
-  const std::string bad_line = broadcast_string(comm_, line(mine_lines), bad);
-  STRATA_FAIL("DDP: the model differs across data-parallel ranks at parameter #", idx, ": rank ",
-              comm_.global_rank(0), " has ", line(theirs), ", rank ", comm_.global_rank(bad),
-              " has ", bad_line, "; every rank must build the same model (same model.* settings)");
-}
+DistributedDataParallel::~DistributedDataParallel() = default;
 
 std::vector<std::vector<int64_t>> DistributedDataParallel::plan_buckets(
     const std::vector<int64_t>& order) const {

@@ -11,6 +11,7 @@
 #include "strata/core/config.h"
 #include "strata/dist/comm.h"
 #include "strata/parallel/data/comm_hook.h"
+#include "strata/parallel/replicate.h"
 
 namespace torch::autograd {
 struct Node;
@@ -106,7 +107,6 @@ class DistributedDataParallel {
   const CommHook& hook() const { return *hook_; }
 
  private:
-  void verify_same_parameters();
   std::vector<std::vector<int64_t>> plan_buckets(const std::vector<int64_t>& order) const;
   void build_buckets(const std::vector<std::vector<int64_t>>& plan);
   void mark_ready(int64_t param);
@@ -124,8 +124,7 @@ class DistributedDataParallel {
 
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
-  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hook_keys_;
+  std::unique_ptr<GradReadyHooks> ready_hooks_;
   std::unordered_map<const torch::autograd::Node*, int64_t> param_of_node_;  // accumulator -> param
 
   std::vector<GradBucket> buckets_;

@@ -1,0 +1,47 @@
+#pragma once
+#include <ATen/Tensor.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/dist/comm.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace strata {
+
+// What every data-parallel wrapper (DDP, ZeRO) does when it takes a model: check that
+// the ranks built the same thing, then make them hold the same values.
+
+// Fails on every rank with the same message naming the first parameter that differs
+// (name, shape or dtype) between rank 0 and some rank; names[i] describes tensors[i].
+void verify_same_parameters(Comm& comm, const std::vector<std::string>& names,
+                            const std::vector<at::Tensor>& tensors, const std::string& who);
+
+// Broadcasts tensors from root with few collectives: same-dtype runs are packed into
+// flat chunks (at most 64 MiB, tagged as communication buffers), sent, and copied back.
+void broadcast_coalesced(Comm& comm, const std::vector<at::Tensor>& tensors, int64_t root);
+
+// Calls on_ready(i) each time autograd has accumulated a gradient into params[i]: a
+// post-hook on each parameter's gradient accumulator. The accumulators are made at
+// construction (while the parameters have their full shapes, which autograd records)
+// and held, so they and their hooks outlive each step's graph.
+class GradReadyHooks {
+ public:
+  GradReadyHooks(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
+                 std::function<void(int64_t)> on_ready);
+  ~GradReadyHooks();
+  GradReadyHooks(const GradReadyHooks&) = delete;
+  GradReadyHooks& operator=(const GradReadyHooks&) = delete;
+  // The accumulator of params[i] (graph walks find parameters by it).
+  const torch::autograd::Node* node(size_t i) const { return accumulators_[i].get(); }
+
+ private:
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> keys_;
+};
+
+}  // namespace strata
