@@ -88,6 +88,7 @@ std::vector<Field> config_fields(Config& c) {
       {"logging", "run_dir", &l.run_dir},
       {"logging", "log_interval", &l.log_interval},
       {"logging", "progress", &l.progress},
+      {"logging", "memory_timeline_steps", &l.memory_timeline_steps},
       {"logging", "peak_tflops", &l.peak_tflops},
   };
 }
@@ -317,6 +318,9 @@ void validate_config(const Config& c) {
                " compresses DDP's all-reduce; ZeRO (parallel.zero=", p.zero,
                ") reduce-scatters uncompressed gradients: set parallel.comm_hook=none or "
                "parallel.zero=0");
+  STRATA_CHECK(c.logging.memory_timeline_steps >= 0,
+               "logging.memory_timeline_steps=", c.logging.memory_timeline_steps,
+               " must be >= 0 (0: no memory timeline)");
   const auto& me = c.memory;
   check_one_of("memory.precision", me.precision, {"fp32", "bf16", "fp16"});
   check_one_of("memory.recompute", me.recompute, {"none", "full", "every-k", "sqrt", "selective"});

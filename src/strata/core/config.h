@@ -100,9 +100,10 @@ struct CheckpointConfig {
 
 struct LoggingConfig {
   std::string run_dir = "runs/default";
-  int64_t log_interval = 10;      // steps between printed lines when not on a terminal
-  std::string progress = "auto";  // auto, on, off: the live one-line display
-  double peak_tflops = 0;         // for MFU; 0: estimated from the CPU
+  int64_t log_interval = 10;          // steps between printed lines when not on a terminal
+  std::string progress = "auto";      // auto, on, off: the live one-line display
+  int64_t memory_timeline_steps = 2;  // first steps sampled into memory_timeline.jsonl (rank 0)
+  double peak_tflops = 0;             // for MFU; 0: estimated from the CPU
 };
 
 struct Config {

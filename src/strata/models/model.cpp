@@ -21,10 +21,20 @@ void Model::set_recompute(RecomputeMode mode, int64_t k) {
   segments_ = std::move(segments);
 }
 
+void Model::add_block_hooks(BlockHooks* hooks) {
+  hooks_.push_back(hooks);
+}
+
+void Model::remove_block_hooks(BlockHooks* hooks) {
+  std::erase(hooks_, hooks);
+}
+
 at::Tensor Model::run_block(int64_t i, at::Tensor x) {
-  if (hooks_) hooks_->pre_forward(i);
+  for (BlockHooks* h : hooks_) h->pre_forward(i);
   x = blocks_[static_cast<size_t>(i)]->forward(x);
-  return hooks_ ? hooks_->post_forward(i, std::move(x)) : x;
+  for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it)
+    x = (*it)->post_forward(i, std::move(x));
+  return x;
 }
 
 at::Tensor Model::run_blocks(at::Tensor x) {

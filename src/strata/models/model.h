@@ -52,8 +52,10 @@ class Model : public torch::nn::Module {
   // cannot use (selective without attention, recompute_k out of range).
   void set_recompute(RecomputeMode mode, int64_t k);
   const std::vector<Segment>& segments() const { return segments_; }
-  // Installs (or, with nullptr, removes) hooks around every block's forward.
-  void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
+  // Hooks around every block's forward: pre_forward in the order added, post_forward
+  // in the reverse order (the first added wraps the others).
+  void add_block_hooks(BlockHooks* hooks);
+  void remove_block_hooks(BlockHooks* hooks);
 
   // Training FLOPs (forward + backward) per sample, for the MFU estimate.
   virtual double flops_per_sample() const = 0;
@@ -67,7 +69,7 @@ class Model : public torch::nn::Module {
  private:
   at::Tensor run_block(int64_t i, at::Tensor x);
   std::vector<Segment> segments_;  // empty: all blocks, nothing recomputed
-  BlockHooks* hooks_ = nullptr;
+  std::vector<BlockHooks*> hooks_;
 };
 
 }  // namespace strata

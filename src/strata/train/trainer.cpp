@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "strata/core/logging.h"
 #include "strata/memory/device_stats.h"
 #include "strata/memory/process_memory.h"
+#include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
 #include "strata/train/checkpoint.h"
@@ -155,6 +157,12 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
     opt_ = std::make_unique<AdamW>(params_, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay},
                                    /*master_weights=*/cfg_.memory.master_weights);
   }
+  if (info.rank == 0 && cfg_.logging.memory_timeline_steps > 0 && cfg_.memory.track) {
+    // Added after ZeRO's hooks: its gathers come before the forward marks and its
+    // frees after them.
+    timeline_hooks_ = std::make_unique<TimelineBlockHooks>();
+    model_->add_block_hooks(timeline_hooks_.get());
+  }
   at::manual_seed(static_cast<uint64_t>(t.seed) + 1 + static_cast<uint64_t>(info.rank));
   sampler_ = std::make_unique<DistributedSampler>(data_.train->size(), dp, dp_rank_,
                                                   static_cast<uint64_t>(t.seed));
@@ -163,7 +171,9 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   if (!cfg_.checkpoint.resume.empty()) resume();
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (timeline_hooks_) model_->remove_block_hooks(timeline_hooks_.get());
+}
 
 void Trainer::print_startup() {
   if (info_.rank != 0) return;
@@ -260,14 +270,18 @@ double Trainer::train_step(int64_t step) {
     std::optional<DistributedDataParallel::NoSync> no_sync;
     if (ddp_ && m + 1 < accum_) no_sync.emplace(*ddp_);
     if (zero_) zero_->set_sync(m + 1 == accum_);
+    STRATA_TIMELINE_MARK("micro[", m, "].forward.begin");
     at::Tensor loss = forward_loss(b);
+    STRATA_TIMELINE_MARK("micro[", m, "].loss");
     (loss * backward_factor).backward();
+    STRATA_TIMELINE_MARK("micro[", m, "].backward.end");
     loss_sum += loss.item<double>();
   }
   const auto t1 = std::chrono::steady_clock::now();
   {
     // The gradient-norm pass and the update's transients are the optimizer's.
     MemoryScope scope(Category::kOptimizer);
+    STRATA_TIMELINE_MARK("optimizer.begin");
     if (auto factor = check_gradients(step)) {
       const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
       if (zero_)
@@ -282,6 +296,7 @@ double Trainer::train_step(int64_t step) {
     ddp_->zero_grad();  // Note [DDP zero_grad]
   else
     opt_->zero_grad();
+  STRATA_TIMELINE_MARK("optimizer.end");
   const auto t2 = std::chrono::steady_clock::now();
   phase_ms_ = {std::chrono::duration<double, std::milli>(t1 - t0).count(),
                std::chrono::duration<double, std::milli>(t2 - t1).count()};
@@ -422,6 +437,19 @@ void Trainer::resume() {
   log_rank0("resumed from ", dir, " at step ", start_step_);
 }
 
+void Trainer::write_timeline(int64_t step, const std::vector<TimelineSample>& samples) {
+  fs::create_directories(cfg_.logging.run_dir);
+  const std::string path = cfg_.logging.run_dir + "/memory_timeline.jsonl";
+  // A fresh run starts the file; a resumed one appends.
+  std::ofstream out(path,
+                    step == start_step_ + 1 && start_step_ == 0 ? std::ios::trunc : std::ios::app);
+  for (const auto& s : samples) {
+    nlohmann::json j = {{"step", step}, {"t_ms", s.t_ms}, {"phase", s.phase}};
+    j["bytes"] = category_json(s.bytes);
+    out << j.dump() << "\n";
+  }
+}
+
 TrainSummary Trainer::run() {
   print_startup();
   const auto& t = cfg_.training;
@@ -442,8 +470,18 @@ TrainSummary Trainer::run() {
     reset_memory_peaks();
     reset_rss_peak();
     if (device_.is_cuda()) reset_cuda_peaks(device_.index());
+    const bool timeline =
+        timeline_hooks_ && step - start_step_ < cfg_.logging.memory_timeline_steps;
+    if (timeline) {
+      MemoryTimeline::get().start();
+      MemoryTimeline::get().mark("step.begin");
+    }
     auto t0 = std::chrono::steady_clock::now();
     const double loss = train_step(step);
+    if (timeline) {
+      MemoryTimeline::get().mark("step.end");
+      write_timeline(step + 1, MemoryTimeline::get().stop());
+    }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const MemoryStats mem = memory_stats();

@@ -10,6 +10,7 @@
 #include "strata/dist/rendezvous.h"
 #include "strata/memory/loss_scaler.h"
 #include "strata/memory/precision.h"
+#include "strata/memory/timeline.h"
 #include "strata/models/model.h"
 #include "strata/parallel/data/ddp.h"
 #include "strata/parallel/zero/zero.h"
@@ -17,6 +18,7 @@
 #include "strata/train/data/source.h"
 #include "strata/train/metrics.h"
 #include "strata/train/optimizer.h"
+#include "strata/train/timeline_hooks.h"
 
 namespace strata {
 
@@ -54,6 +56,7 @@ class Trainer {
   std::optional<double> check_gradients(int64_t step);
   Batch to_device(Batch b) const;
   at::Tensor forward_loss(const Batch& b);
+  void write_timeline(int64_t step, const std::vector<TimelineSample>& samples);
 
   Config cfg_;
   WorldInfo info_;
@@ -63,9 +66,10 @@ class Trainer {
   std::shared_ptr<Model> model_;
   std::vector<NamedParam> params_;  // trainable
   std::vector<NamedParam> frozen_;
-  std::unique_ptr<DistributedDataParallel> ddp_;  // dp > 1, zero = 0
-  std::unique_ptr<ZeroDataParallel> zero_;        // zero >= 1 (it owns the optimizer)
-  std::unique_ptr<AdamW> opt_;                    // without ZeRO
+  std::unique_ptr<DistributedDataParallel> ddp_;        // dp > 1, zero = 0
+  std::unique_ptr<ZeroDataParallel> zero_;              // zero >= 1 (it owns the optimizer)
+  std::unique_ptr<AdamW> opt_;                          // without ZeRO
+  std::unique_ptr<TimelineBlockHooks> timeline_hooks_;  // rank 0 with a memory timeline
   std::unique_ptr<DistributedSampler> sampler_;
   Precision precision_ = Precision::kFp32;
   at::ScalarType compute_dtype_ = at::kFloat;

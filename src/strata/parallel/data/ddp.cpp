@@ -12,6 +12,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/core/logging.h"
+#include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/parallel/data/bucket.h"
 #include "strata/parallel/data/powersgd.h"
@@ -219,6 +220,7 @@ void DistributedDataParallel::launch_ready_buckets() {
   // order even when gradients become ready in different orders on different ranks.
   while (next_launch_ < num_buckets() && pending_[static_cast<size_t>(next_launch_)] == 0) {
     hook_->launch(buckets_[static_cast<size_t>(next_launch_)], hook_comm_);
+    STRATA_TIMELINE_MARK("ddp.reduce.launch bucket ", next_launch_);
     ++next_launch_;
   }
 }
@@ -251,6 +253,7 @@ void DistributedDataParallel::finalize() {
   STRATA_ASSERT(next_launch_ == num_buckets(), "DDP: ", next_launch_, " of ", num_buckets(),
                 " buckets launched at the end of backward");
   hook_->finish(buckets_, hook_comm_);
+  STRATA_TIMELINE_MARK("ddp.reduce.done");
 
   // Overlap: the union of the collectives' running intervals, and the part of it
   // before backward's computation ended.

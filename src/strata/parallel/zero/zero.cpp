@@ -10,6 +10,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/core/logging.h"
+#include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/parallel/replicate.h"
 
@@ -185,13 +186,13 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<Model> model, Comm& comm, Zer
     opt_->drop_device_values();
     for (auto& g : groups_) g->shard = at::Tensor();
   }
-  if (opts_.stage == 3) model_->set_block_hooks(this);
+  if (opts_.stage == 3) model_->add_block_hooks(this);
   ready_.assign(params_.size(), 0);
   reduce_by_all_reduce_ = comm_.backend() == "gloo";
 }
 
 ZeroDataParallel::~ZeroDataParallel() {
-  if (opts_.stage == 3) model_->set_block_hooks(nullptr);
+  if (opts_.stage == 3) model_->remove_block_hooks(this);
 }
 
 std::string ZeroDataParallel::describe() const {
@@ -328,6 +329,7 @@ void ZeroDataParallel::launch_reduce(Unit& u) {
       g.reduce_out = at::empty({l.shard}, g.shard_grad.options());
       g.reduce = comm_.reduce_scatter(g.reduce_out, g.reduce_in);
     }
+    STRATA_TIMELINE_MARK("zero.reduce.launch group ", gi);
     stats_.reduce_scatters += 1;
     stats_.bytes_reduced += static_cast<int64_t>(g.reduce_in.nbytes());
     reducing_.push_back(gi);
@@ -349,8 +351,10 @@ void ZeroDataParallel::complete_reduce(Group& g) {
   } else {
     g.shard_grad.add_(mine);  // accumulates over micro-steps
   }
+  g.reduce = CommWork();  // the backend's work holds the buffers too
   g.reduce_in = at::Tensor();
   g.reduce_out = at::Tensor();
+  STRATA_TIMELINE_MARK("zero.reduce.done");
 }
 
 void ZeroDataParallel::finalize() {
@@ -392,6 +396,7 @@ void ZeroDataParallel::start_gather(int64_t unit) {
     MemoryScope scope(Category::kCommBuffers);
     g.gather_buf = at::empty({g.layout.padded}, g.gather_src.options());
     g.gather = comm_.all_gather(g.gather_buf, g.gather_src);
+    STRATA_TIMELINE_MARK("zero.all_gather.launch unit ", unit);
     stats_.gathers += 1;
     stats_.bytes_gathered += static_cast<int64_t>(g.gather_buf.nbytes());
   }
@@ -405,6 +410,7 @@ void ZeroDataParallel::ensure_gathered(int64_t unit) {
   for (int64_t gi : u.groups) {
     Group& g = *groups_[static_cast<size_t>(gi)];
     wait_timed(g.gather);
+    g.gather = CommWork();
     for (size_t k = 0; k < g.params.size(); ++k)
       bind_storage(params_[static_cast<size_t>(g.params[k])], g.gather_buf, g.layout.offsets[k]);
     g.gather_buf = at::Tensor();  // the parameters hold it now
@@ -412,6 +418,7 @@ void ZeroDataParallel::ensure_gathered(int64_t unit) {
   }
   u.gathering = false;
   u.gathered = true;
+  STRATA_TIMELINE_MARK("zero.all_gather.done unit ", unit);
 }
 
 void ZeroDataParallel::release(int64_t unit) {
@@ -423,6 +430,7 @@ void ZeroDataParallel::release(int64_t unit) {
     for (int64_t i : groups_[static_cast<size_t>(gi)]->params)
       release_storage(params_[static_cast<size_t>(i)]);
   u.gathered = false;
+  STRATA_TIMELINE_MARK("zero.free unit ", unit);
 }
 
 // ---- optimizer ----------------------------------------------------------------
