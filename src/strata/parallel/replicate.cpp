@@ -73,6 +73,14 @@ void broadcast_coalesced(Comm& comm, const std::vector<at::Tensor>& tensors, int
   }
 }
 
+void broadcast_buffers(Comm& comm, torch::nn::Module& module, int64_t root) {
+  if (comm.size() == 1) return;
+  std::vector<at::Tensor> buffers;
+  for (auto& b : module.buffers(/*recurse=*/true))
+    if (b.defined()) buffers.push_back(b);
+  broadcast_coalesced(comm, buffers, root);
+}
+
 void verify_same_parameters(Comm& comm, const std::vector<std::string>& names,
                             const std::vector<at::Tensor>& tensors, const std::string& who) {
   if (comm.size() == 1) return;

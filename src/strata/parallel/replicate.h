@@ -1,5 +1,6 @@
 #pragma once
 #include <ATen/Tensor.h>
+#include <torch/nn/module.h>
 
 #include <functional>
 #include <string>
@@ -24,6 +25,8 @@ void verify_same_parameters(Comm& comm, const std::vector<std::string>& names,
 // Broadcasts tensors from root with few collectives: same-dtype runs are packed into
 // flat chunks (at most 64 MiB, tagged as communication buffers), sent, and copied back.
 void broadcast_coalesced(Comm& comm, const std::vector<at::Tensor>& tensors, int64_t root);
+// The module's buffers (BatchNorm's running statistics), broadcast from root.
+void broadcast_buffers(Comm& comm, torch::nn::Module& module, int64_t root);
 
 // Calls on_ready(i) each time autograd has accumulated a gradient into params[i]: a
 // post-hook on each parameter's gradient accumulator. The accumulators are made at

@@ -32,12 +32,10 @@ void AdamW::step(double lr, double grad_scale, size_t begin, size_t end) {
     if (!g.defined()) continue;
     State& s = state_[i];
     at::Tensor p = s.master.defined() ? s.master : model_param;
-    if (g.scalar_type() != p.scalar_type()) {
-      g = g.to(p.scalar_type());  // a transient fp32 copy of one gradient
-      if (grad_scale != 1.0) g.mul_(grad_scale);
-    } else if (grad_scale != 1.0) {
-      g.mul_(grad_scale);
-    }
+    // A half gradient is widened to a transient fp32 copy of this one tensor; an
+    // fp32 gradient is scaled in place (as clip_grad_norm_ and GradScaler do).
+    if (g.scalar_type() != p.scalar_type()) g = g.to(p.scalar_type());
+    if (grad_scale != 1.0) g.mul_(grad_scale);
     s.step += 1;
     const bool decay = params_[i].decay < 0 ? p.dim() >= 2 : params_[i].decay > 0;
     if (decay && opts_.weight_decay != 0) p.mul_(1.0 - lr * opts_.weight_decay);

@@ -400,7 +400,7 @@ void Trainer::resume() {
                " tp=", layout["tp"].dump(), " pp=", layout["pp"].dump(), " but this run is ",
                mesh_->dims().to_string(), "; resume with the same layout");
   if (zero_) zero_->load_state(r);
-  for (size_t i = 0; i < params_.size() && !zero_; ++i) {
+  for (size_t i = 0; opt_ && i < params_.size(); ++i) {
     auto& st = opt_->state();
     const auto& name = params_[i].name;
     if (st[i].master.defined()) {

@@ -141,11 +141,7 @@ void DistributedDataParallel::reset_step() {
 }
 
 void DistributedDataParallel::before_forward() {
-  if (!opts_.broadcast_buffers || comm_.size() == 1) return;
-  std::vector<at::Tensor> buffers;
-  for (auto& b : module_->buffers(/*recurse=*/true))
-    if (b.defined()) buffers.push_back(b);
-  broadcast_coalesced(comm_, buffers, 0);
+  if (opts_.broadcast_buffers) broadcast_buffers(comm_, *module_, 0);
 }
 
 void DistributedDataParallel::before_backward(const at::Tensor& output) {

@@ -15,9 +15,10 @@ namespace strata {
 struct ShardPiece {
   std::string name;  // the parameter's name
   int64_t offset = 0, length = 0;
-  bool decay = false;  // weight decay applies (the parameter has dim >= 2)
-  at::Tensor value;    // the parameter piece; undefined when offload holds the only copy
-  at::Tensor grad;     // the (averaged) gradient piece
+  int64_t shard_offset = 0;  // where the piece starts in this rank's shard of its group
+  bool decay = false;        // weight decay applies (the parameter has dim >= 2)
+  at::Tensor value;          // the parameter piece; undefined when offload holds the only copy
+  at::Tensor grad;           // the (averaged) gradient piece
 };
 
 // AdamW over this rank's pieces. Without offload it steps the pieces in place (fp32

@@ -25,8 +25,7 @@ struct ZeroDataParallel::Group {
                           // undefined at stage 3 with offload (the host copy is the shard)
   at::Tensor full_grad;   // stage 1: full gradients (the parameters' .grad are views)
   at::Tensor shard_grad;  // this rank's averaged gradient shard
-  std::vector<std::pair<size_t, int64_t>> pieces;  // optimizer piece, its offset in the shard
-  size_t piece_begin = 0, piece_end = 0;           // the optimizer's pieces of this group
+  size_t piece_begin = 0, piece_end = 0;  // the optimizer's pieces of this group
   // In flight.
   CommWork gather, reduce;
   at::Tensor gather_buf, gather_src, reduce_in, reduce_out;
@@ -98,12 +97,7 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<Model> model, Comm& comm, Zer
     all.insert(all.end(), frozen.begin(), frozen.end());
     broadcast_coalesced(comm_, all, 0);
   }
-  if (opts_.broadcast_buffers) {
-    std::vector<at::Tensor> buffers;
-    for (auto& b : model_->buffers(/*recurse=*/true))
-      if (b.defined()) buffers.push_back(b);
-    broadcast_coalesced(comm_, buffers, 0);
-  }
+  if (opts_.broadcast_buffers) broadcast_buffers(comm_, *model_, 0);
 
   // Made now, while every parameter has its bytes and its full shape.
   ready_hooks_ =
@@ -163,9 +157,8 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<Model> model, Comm& comm, Zer
       g->piece_begin = pieces.size();
       for (const ShardSlice& s : shard_slices(l, rank)) {
         const at::Tensor& p = params_[static_cast<size_t>(members[static_cast<size_t>(s.param)])];
-        g->pieces.emplace_back(pieces.size(), s.shard_offset);
         pieces.push_back({names_[static_cast<size_t>(members[static_cast<size_t>(s.param)])],
-                          s.param_offset, s.length, p.dim() >= 2,
+                          s.param_offset, s.length, s.shard_offset, p.dim() >= 2,
                           g->shard.narrow(0, s.shard_offset, s.length),
                           g->shard_grad.narrow(0, s.shard_offset, s.length)});
       }
@@ -221,12 +214,7 @@ void ZeroDataParallel::wait_timed(CommWork& w) {
 void ZeroDataParallel::before_forward() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   in_backward_ = false;
-  if (opts_.broadcast_buffers && comm_.size() > 1) {
-    std::vector<at::Tensor> buffers;
-    for (auto& b : model_->buffers(/*recurse=*/true))
-      if (b.defined()) buffers.push_back(b);
-    broadcast_coalesced(comm_, buffers, 0);
-  }
+  if (opts_.broadcast_buffers) broadcast_buffers(comm_, *model_, 0);
   if (opts_.stage < 3) return;
   const auto root = static_cast<int64_t>(units_.size()) - 1;
   ensure_gathered(root);
@@ -381,8 +369,8 @@ at::Tensor ZeroDataParallel::shard_source(Group& g) {
   MemoryScope scope(Category::kCommBuffers);
   const at::Tensor& p = params_[static_cast<size_t>(g.params.front())];
   at::Tensor s = at::zeros({g.layout.shard}, p.options());
-  for (auto& [piece, off] : g.pieces)
-    s.narrow(0, off, opt_->piece(piece).length).copy_(opt_->master(piece));
+  for (size_t k = g.piece_begin; k < g.piece_end; ++k)
+    s.narrow(0, opt_->piece(k).shard_offset, opt_->piece(k).length).copy_(opt_->master(k));
   return s;
 }
 
@@ -503,8 +491,8 @@ std::vector<TensorPiece> ZeroDataParallel::gathered_state() {
     // Three fp32 shards (values, exp_avg, exp_avg_sq) gathered as one.
     at::Tensor mine = at::zeros({3, l.shard}, at::kFloat);
     int64_t steps = 0;
-    for (auto& [k, off] : g->pieces) {
-      const int64_t len = opt_->piece(k).length;
+    for (size_t k = g->piece_begin; k < g->piece_end; ++k) {
+      const int64_t off = opt_->piece(k).shard_offset, len = opt_->piece(k).length;
       mine[0].narrow(0, off, len).copy_(opt_->master(k));
       mine[1].narrow(0, off, len).copy_(opt_->state(k).exp_avg);
       mine[2].narrow(0, off, len).copy_(opt_->state(k).exp_avg_sq);
@@ -546,7 +534,7 @@ void ZeroDataParallel::load_state(const CheckpointReader& r) {
       r.read("optim." + name + ".exp_avg_sq", s);
       r.read("optim." + name + ".step", st);
       if (opts_.stage < 3) params_[i].copy_(v);  // the full parameters every rank holds
-      for (auto& [piece, off] : g->pieces) {
+      for (size_t piece = g->piece_begin; piece < g->piece_end; ++piece) {
         const ShardPiece& pc = opt_->piece(piece);
         if (pc.name != name) continue;
         auto part = [&](const at::Tensor& t) {
