@@ -127,3 +127,126 @@ TEST(Estimator, KorthikantiLayerFormula) {
   EXPECT_GT(korthikanti_layer_activation_bytes(8192, 1, 768, 12),
             5 * korthikanti_layer_activation_bytes(1024, 1, 768, 12));
 }
+
+namespace {
+EstimateInput gpt_input(const std::string& flavour = "debug") {
+  EstimateInput in;
+  in.spec = spec_of(flavour);
+  in.micro_batch = 8;
+  return in;
+}
+double block_saved(const EstimateInput& in) {
+  return estimate_memory(in).activation.blocks.front().saved;
+}
+}  // namespace
+
+TEST(Estimator, TransformerLayerAgainstKorthikanti) {
+  // At 2-byte activations without dropout a Strata layer keeps 32 sbh (no masks,
+  // Note [transformer activations]) plus fp32 layer-norm statistics and the fused
+  // kernel's log-sum-exp: below Korthikanti's 34 sbh + 5as^2b, and without the s^2 term.
+  ModelSpec s = spec_of("gpt2-124m");
+  const LayerActivationCheck c = compare_with_korthikanti(s, 4);
+  const double sbh = 1024.0 * 4 * 768;
+  EXPECT_DOUBLE_EQ(c.strata, 32 * sbh + 16 * 1024.0 * 4 + 2 * 1024.0 * 4 * 12);
+  EXPECT_DOUBLE_EQ(c.korthikanti, sbh * (34 + 5.0 * 12 * 1024 / 768));
+  EXPECT_NE(c.explanation.find("34 sbh"), std::string::npos);
+  // With attention dropout the (s, s) softmax output and dropped probabilities come
+  // back: 4as^2b, Korthikanti's 5as^2b less the one-byte mask.
+  s.dropout = 0.1;
+  const LayerActivationCheck d = compare_with_korthikanti(s, 4);
+  EXPECT_DOUBLE_EQ(d.strata - 32 * sbh - 16 * 1024.0 * 4, 4.0 * 12 * 1024 * 1024 * 4);
+}
+
+TEST(Estimator, RecomputeModesOrderTheActivations) {
+  EstimateInput in = gpt_input();
+  in.spec.n_layer = 16;
+  in.spec.vocab_size = 256;  // a small head, so the blocks decide the peak
+  auto run = [&](RecomputeMode m) {
+    in.recompute = m;
+    return estimate_memory(in);
+  };
+  constexpr size_t kActs = static_cast<size_t>(Category::kActivations);
+  const MemoryEstimate none = run(RecomputeMode::kNone), full = run(RecomputeMode::kFull),
+                       sqrt_ = run(RecomputeMode::kSqrt), sel = run(RecomputeMode::kSelective);
+  for (const MemoryEstimate* e : {&full, &sqrt_, &sel})
+    EXPECT_LT(e->category_peak[kActs], none.category_peak[kActs]);
+  // full keeps one block output per block, sqrt (k = 4) one per segment of 4.
+  const auto& b = none.activation.blocks.front();
+  EXPECT_DOUBLE_EQ(full.activations_per_micro_batch, none.activation.embed + 16 * b.out);
+  EXPECT_DOUBLE_EQ(sqrt_.activations_per_micro_batch, none.activation.embed + 4 * b.out);
+  EXPECT_DOUBLE_EQ(none.activations_per_micro_batch, none.activation.embed + 16 * b.saved);
+  // Under recompute the peak moves into backward, where a segment is rebuilt.
+  EXPECT_NE(full.peak.phase.find("backward"), std::string::npos) << full.peak.phase;
+  EXPECT_NE(sqrt_.peak.phase.find("backward"), std::string::npos) << sqrt_.peak.phase;
+}
+
+TEST(Estimator, ZeroStagesShrinkStatesAndAddBuffers) {
+  EstimateInput in = gpt_input();
+  in.dp = 4;
+  double prev = 1e300;
+  for (int64_t stage = 0; stage <= 3; ++stage) {
+    in.zero = stage;
+    const MemoryEstimate e = estimate_memory(in);
+    const double states = e.states.total();
+    EXPECT_LT(states, prev) << "stage " << stage;
+    prev = states;
+    const double comm = e.category_peak[static_cast<size_t>(Category::kCommBuffers)];
+    if (stage == 0)
+      EXPECT_EQ(comm, 0);
+    else
+      EXPECT_GT(comm, 0) << "stage " << stage;  // gathers (1-3) and reductions (2-3)
+  }
+  // Offload on a CPU run: the optimizer's host copies are tracked memory too.
+  in.offload = true;
+  const MemoryEstimate off = estimate_memory(in);
+  EXPECT_GT(off.host_bytes, 0);
+  EXPECT_EQ(off.states.optimizer, 0);
+  EXPECT_DOUBLE_EQ(off.timeline.front().bytes[static_cast<size_t>(Category::kOptimizer)],
+                   off.host_bytes);
+}
+
+TEST(Estimator, TensorAndPipelineFormulas) {
+  EstimateInput in = gpt_input("gpt2-124m");
+  in.micro_batch = 1;
+  const double one = block_saved(in);
+  const double N = 1024, C = 768;
+  in.tp = 4;
+  // Megatron: 4 NC replicated, 12 NC split (at 4 bytes), statistics, the core / tp.
+  EXPECT_DOUBLE_EQ(block_saved(in), (4 + 12.0 / 4) * N * C * 4 + 16 * N + N * 12 * 4 / 4);
+  in.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(block_saved(in), 16.0 / 4 * N * C * 4 + 16 * N + N * 12 * 4 / 4);
+  EXPECT_LT(block_saved(in), one);
+  // Pipeline: stage 0 keeps pp micro-batches under 1F1B, all of them under GPipe.
+  in = gpt_input("gpt2-124m");
+  in.micro_batch = 1;
+  in.pp = 4;
+  in.micro_batches = 8;
+  EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 4);
+  in.schedule = "gpipe";
+  EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 8);
+  // A stage holds a quarter of the blocks (and the embeddings).
+  const MemoryEstimate e = estimate_memory(in);
+  EXPECT_EQ(e.activation.blocks.size(), 3u);
+  EXPECT_LT(e.states.parameters, model_state_bytes(124'439'808, 124'439'808, {}).parameters / 2);
+}
+
+TEST(Estimator, TimelineHasThePhasesAndThePeak) {
+  EstimateInput in = gpt_input();
+  in.micro_batches = 3;
+  const MemoryEstimate e = estimate_memory(in);
+  auto has = [&](const std::string& phase) {
+    for (const auto& p : e.timeline)
+      if (p.phase == phase) return true;
+    return false;
+  };
+  for (const char* p : {"step.begin", "micro[0].forward.begin", "block[3].forward.end",
+                        "micro[0].loss", "block[0].backward (peak)", "micro[1].backward.end",
+                        "optimizer.step (peak)", "step.end"})
+    EXPECT_TRUE(has(p)) << p;
+  // The debug GPT's vocabulary (8192) against d_model 96: the head's backward is
+  // the peak (three N x V fp32 tensors at once).
+  EXPECT_EQ(e.peak.phase, "head.backward (peak)");
+  double highest = 0;
+  for (const auto& p : e.timeline) highest = std::max(highest, p.total());
+  EXPECT_DOUBLE_EQ(e.peak.total(), highest);
+}

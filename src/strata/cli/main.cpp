@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "strata/cli/estimate.h"
 #include "strata/core/config.h"
 #include "strata/core/env.h"
 #include "strata/core/errors.h"
@@ -92,6 +93,20 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--master-port", lo.master_port, "rendezvous port, or auto");
   launch_cmd->add_option("cmd", lo.command, "command to run for each rank (after --)");
 
+  auto* estimate = app.add_subcommand(
+      "estimate",
+      "per-rank memory of a training config without running it (overrides: --section.key=value)");
+  strata::EstimateArgs ea;
+  estimate->add_option("-c,--config", ea.config_path, "TOML config file");
+  estimate->add_option("--nproc", ea.nproc, "world size (default: dp x tp x pp)")
+      ->check(CLI::PositiveNumber);
+  estimate->add_option("--device-memory", ea.device_memory,
+                       "memory per device, e.g. 80GiB: say FITS or DOES NOT FIT (exit 1)");
+  estimate->add_option("--compare", ea.compare_dir,
+                       "a run directory: predicted vs measured, with the run's own config");
+  estimate->add_flag("--json", ea.json, "print JSON");
+  estimate->allow_extras();
+
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");
   });
@@ -108,6 +123,10 @@ int main(int argc, char** argv) {
       return run_train(config_path, nproc, train->remaining(), targs);
     }
     if (launch_cmd->parsed()) return strata::launch(lo);
+    if (estimate->parsed()) {
+      ea.overrides = estimate->remaining();
+      return strata::run_estimate(ea);
+    }
     return 0;
   } catch (const strata::CommError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

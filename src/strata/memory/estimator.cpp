@@ -1,6 +1,10 @@
 #include "strata/memory/estimator.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <c10/util/StringUtil.h>
 
 #include "strata/core/errors.h"
 
@@ -115,6 +119,277 @@ ModelStateBytes model_state_bytes(int64_t total, int64_t trainable, const StateL
 double korthikanti_layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t a) {
   const auto sd = static_cast<double>(s), hd = static_cast<double>(h);
   return sd * static_cast<double>(b) * hd * (34.0 + 5.0 * static_cast<double>(a) * sd / hd);
+}
+
+}  // namespace strata
+
+namespace strata {
+
+double EstimatePoint::total() const {
+  double t = 0;
+  for (double b : bytes) t += b;
+  return t;
+}
+
+namespace {
+
+constexpr size_t kParams = static_cast<size_t>(Category::kParameters);
+constexpr size_t kGrads = static_cast<size_t>(Category::kGradients);
+constexpr size_t kOpt = static_cast<size_t>(Category::kOptimizer);
+constexpr size_t kActs = static_cast<size_t>(Category::kActivations);
+constexpr size_t kComm = static_cast<size_t>(Category::kCommBuffers);
+constexpr size_t kOtherCat = static_cast<size_t>(Category::kOther);
+
+// Note [estimated step]: the estimate replays one step at the granularity of the
+// memory timeline: a level per category, changed as tensors are made and freed,
+// and marks (phase points) where the timeline samples, plus points for the
+// transients inside a phase (a block's backward, the head's backward, the
+// optimizer's update, a collective's staging buffer) that the timeline cannot
+// see but the allocator's peak does.
+class StepReplay {
+ public:
+  std::array<double, kNumCategories> level{};
+  std::vector<EstimatePoint> points;
+
+  void mark(const std::string& phase, double extra_acts = 0, double extra_comm = 0,
+            double extra_opt = 0) {
+    EstimatePoint p{phase, level};
+    p.bytes[kActs] += extra_acts;
+    p.bytes[kComm] += extra_comm;
+    p.bytes[kOpt] += extra_opt;
+    points.push_back(std::move(p));
+  }
+};
+
+struct ZeroUnits {
+  double block = 0, root = 0;    // gathered bytes of the largest block unit and the root
+  double root_grads = 0;         // the root's gradients other than a tied embedding's
+  double largest_group = 0;      // largest flat group (padded), parameter dtype
+};
+
+// Elements of the model's largest parameter tensor.
+double largest_tensor(const ModelSpec& s) {
+  switch (s.family) {
+    case Family::kGpt:
+    case Family::kBert:
+      return static_cast<double>(std::max(4 * s.d_model * s.d_model, s.vocab_size * s.d_model));
+    case Family::kResNet: {
+      const int64_t w = 64 << (s.resnet_layers.size() - 1);  // the last stage's 3x3 convolution
+      return static_cast<double>(w * w * 9);
+    }
+    case Family::kMlp:
+      return static_cast<double>(std::max(s.hidden * s.hidden,
+                                          s.in_channels * s.image_size * s.image_size * s.hidden));
+  }
+  return 0;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const EstimateInput& in) {
+  const ModelSpec& spec = in.spec;
+  STRATA_CHECK(in.micro_batch >= 1 && in.micro_batches >= 1, "micro_batch=", in.micro_batch,
+               " and micro_batches=", in.micro_batches, " must be at least 1");
+  STRATA_CHECK(in.tp >= 1 && in.pp >= 1 && in.dp >= 1, "dp, tp and pp must be at least 1");
+  MemoryEstimate e;
+  const bool half = in.precision != "fp32";
+  const int64_t p_bytes = half && in.master_weights ? 2 : 4;
+  const int64_t a_bytes = half ? 2 : 4;
+  e.count = count_parameters(spec);
+
+  // Tensor and pipeline parallel shard the model before data parallelism does:
+  // tp splits the blocks' matrices and the vocabulary, pp gives each stage
+  // ceil(L / pp) blocks (stage 0 also the embeddings; it is the estimate's rank).
+  const int64_t layers = std::max<int64_t>(
+      1, spec.family == Family::kResNet
+             ? std::accumulate(spec.resnet_layers.begin(), spec.resnet_layers.end(), int64_t{0})
+             : spec.n_layer);
+  const int64_t stage_layers = (layers + in.pp - 1) / in.pp;
+  const double tp = static_cast<double>(in.tp);
+  const double blocks_params = static_cast<double>(e.count.total - e.count.outside_blocks);
+  double rank_total = e.count.outside_blocks / tp +
+                      blocks_params / tp * static_cast<double>(stage_layers) /
+                          static_cast<double>(layers);
+  const double frozen = static_cast<double>(e.count.total - e.count.trainable);
+  const auto rank_params = static_cast<int64_t>(std::llround(rank_total));
+  const auto rank_trainable = static_cast<int64_t>(std::llround(rank_total - frozen / tp));
+  e.states = model_state_bytes(rank_params, rank_trainable,
+                               StateLayout{p_bytes, half && in.master_weights, in.zero, in.dp,
+                                           in.offload});
+  e.host_bytes = e.states.host_optimizer;
+
+  ActivationOptions ao;
+  ao.micro_batch = in.micro_batch;
+  ao.act_bytes = a_bytes;
+  ao.param_bytes = p_bytes;
+  ao.tp = in.tp;
+  ao.sequence_parallel = in.sequence_parallel;
+  e.activation = activation_model(spec, ao);
+  ActivationModel& am = e.activation;
+  if (static_cast<int64_t>(am.blocks.size()) > stage_layers) am.blocks.resize(static_cast<size_t>(stage_layers));
+  if (in.recompute == RecomputeMode::kSelective)
+    for (auto& b : am.blocks) b.saved -= am.selective_saving;
+
+  // ZeRO's units: one per block plus the root (embeddings, final norm, head).
+  ZeroUnits zu;
+  {
+    const double dp = static_cast<double>(in.dp);
+    auto padded = [&](double n) { return std::ceil(n / dp) * dp; };
+    zu.block = padded(static_cast<double>(e.count.per_block) / tp) * static_cast<double>(p_bytes);
+    zu.root = padded((static_cast<double>(e.count.outside_blocks) - frozen) / tp) *
+              static_cast<double>(p_bytes);
+    zu.root_grads = (static_cast<double>(e.count.outside_blocks) - frozen -
+                     (am.tied_gradient > 0 ? static_cast<double>(spec.vocab_size * spec.d_model) : 0)) /
+                    tp * static_cast<double>(p_bytes);
+    zu.largest_group = std::max(zu.block, zu.root);
+  }
+  const bool stage3 = in.zero >= 3, reduces_in_backward = in.zero >= 2;
+
+  StepReplay r;
+  r.level[kParams] = e.states.parameters;
+  r.level[kGrads] = e.states.gradients;
+  r.level[kOpt] = e.states.optimizer + (in.host_is_device ? e.host_bytes : 0);
+  r.level[kOtherCat] = in.data_bytes;
+  r.mark("step.begin");
+
+  const std::vector<Segment> segments =
+      recompute_segments(in.recompute, static_cast<int64_t>(am.blocks.size()),
+                         std::clamp<int64_t>(in.recompute_k, 1, static_cast<int64_t>(am.blocks.size())));
+  // Pipeline: a stage keeps the activations of every micro-batch it has run
+  // forward and not yet backward: all of them under GPipe, at most pp on stage 0
+  // under 1F1B (and its interleaved and zero-bubble variants).
+  e.micro_batches_in_flight =
+      in.pp == 1 ? 1 : (in.schedule == "gpipe" ? in.micro_batches
+                                               : std::min<int64_t>(in.pp, in.micro_batches));
+  // Note [estimated ZeRO buffers]: a gather in flight holds its output and, on
+  // Gloo, a staging buffer of the same size (2 units); a finished one only the
+  // gathered unit. Stage 3 keeps the root gathered through forward and backward,
+  // the running block, and (prefetch) the next one in flight. From stage 2 on, a
+  // block's gradients are made by autograd (activations) while its backward runs,
+  // then copied into a flat reduction buffer (communication) that lives until
+  // the next block's reduction is launched; the root is reduced last.
+  const double staging = in.nccl ? 1.0 : 2.0;
+  const double prefetch = in.zero_prefetch ? staging : 0.0;
+  const double pipe_comm = in.pp > 1 ? 2 * am.blocks.front().in : 0.0;  // send + receive
+  const int64_t micro_steps = std::min<int64_t>(in.micro_batches, 2);  // later ones repeat the second
+  for (int64_t m = 0; m < micro_steps; ++m) {
+    const std::string mb = c10::str("micro[", m, "]");
+    // Activations of micro-batches still in flight on this pipeline stage.
+    const double in_flight_before =
+        static_cast<double>(e.micro_batches_in_flight - 1) * e.activations_per_micro_batch;
+    r.level[kActs] = in_flight_before + am.batch;
+    r.level[kComm] = pipe_comm;
+    r.mark(mb + ".forward.begin");
+    if (stage3) r.level[kComm] = pipe_comm + zu.root + zu.block * (1 + prefetch);
+    r.level[kActs] += am.embed;
+    for (const Segment& s : segments) {
+      if (!s.recompute) {
+        for (int64_t i = s.begin; i < s.end; ++i) {
+          r.level[kActs] += am.blocks[static_cast<size_t>(i)].saved;
+          r.mark(c10::str("block[", i, "].forward.end"));
+        }
+      } else {
+        r.level[kActs] += am.blocks[static_cast<size_t>(s.end - 1)].out;
+        r.mark(c10::str("block[", s.end - 1, "].forward.end"));
+      }
+    }
+    const double forward_end = r.level[kActs] - in_flight_before - am.batch;
+    e.activations_per_micro_batch = std::max(e.activations_per_micro_batch, forward_end);
+    // Stage 3: the blocks are freed; the last one's gather for backward starts.
+    if (stage3) r.level[kComm] = pipe_comm + zu.root + zu.block * staging;
+    r.level[kActs] += am.head;
+    r.mark(mb + ".loss");
+    r.mark("head.backward (peak)", am.head_backward);
+    r.level[kActs] += -am.head + am.tied_gradient +
+                      (am.block_keeps_output ? am.blocks.back().out : 0.0);
+    if (reduces_in_backward) r.level[kActs] += zu.root_grads;  // wait for the root's reduction
+    double in_flight_reduction = 0;
+    for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
+      const Segment& s = *it;
+      if (s.recompute) {
+        // The re-run keeps everything again, the segment's input until its end.
+        for (int64_t i = s.begin; i < s.end; ++i)
+          r.level[kActs] += am.blocks[static_cast<size_t>(i)].saved;
+        r.mark(c10::str("block[", s.end - 1, "].recompute"));
+      }
+      for (int64_t i = s.end - 1; i >= s.begin; --i) {
+        const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
+        double extra_acts = b.backward_extra;
+        double comm = pipe_comm + in_flight_reduction;
+        if (stage3) comm += zu.root + zu.block * (1 + prefetch);
+        if (reduces_in_backward) {
+          // The weight gradient a kernel makes is the .grad itself here.
+          extra_acts += b.weights - b.weight_grad;
+          comm += b.weights;  // the reduction buffer, while the previous one is in flight
+        }
+        r.level[kComm] = comm;
+        r.mark(c10::str("block[", i, "].backward (peak)"), extra_acts);
+        if (reduces_in_backward) in_flight_reduction = b.weights;
+        r.level[kActs] -= b.saved;
+        r.level[kActs] += b.in - b.out;
+      }
+      if (s.recompute && s.begin > 0)
+        r.level[kActs] -= am.blocks[static_cast<size_t>(s.begin - 1)].out;
+    }
+    r.level[kActs] = in_flight_before + am.batch;
+    r.level[kComm] = pipe_comm;
+    r.mark(mb + ".backward.end");
+  }
+  r.level[kActs] = 0;
+  r.level[kComm] = 0;
+
+  // Note [estimated optimizer transients]: AdamW's update of one tensor makes two
+  // temporaries of its size in fp32 (three when it widens a half gradient for an
+  // fp32 master); the gradient norm squares 64K-element chunks in fp64. Under
+  // ZeRO a piece is at most the rank's shard of a group. ZeRO stages 1-2 then
+  // all-gather each group while the next steps, two in flight, each with a clone
+  // of the shard and (Gloo) a staging buffer of the gathered size.
+  double largest = largest_tensor(spec) / tp;
+  if (in.zero >= 1) largest = std::min(largest, zu.largest_group / static_cast<double>(p_bytes) /
+                                                    static_cast<double>(in.dp));
+  const double update_tmp = (half && in.master_weights ? 3.0 : 2.0) * 4.0 * largest;
+  const double norm_tmp = 65536.0 * 8;
+  r.mark("optimizer.begin");
+  r.mark("optimizer.step (peak)", 0, 0, std::max(update_tmp, norm_tmp));
+  if (in.zero >= 1 && in.zero <= 2 && in.dp > 1) {
+    const double shard = zu.largest_group / static_cast<double>(in.dp);
+    r.mark("zero.all_gather (peak)", 0, 2 * (shard + (in.nccl ? 0.0 : zu.largest_group)));
+  }
+  r.mark("optimizer.end");
+  r.mark("step.end");
+
+  e.timeline = std::move(r.points);
+  for (const auto& p : e.timeline) {
+    if (p.total() > e.peak.total()) e.peak = p;
+    for (size_t c = 0; c < kNumCategories; ++c) e.category_peak[c] = std::max(e.category_peak[c], p.bytes[c]);
+  }
+  if (in.comm_hook != "none" && in.zero == 0 && in.dp > 1)
+    e.notes.push_back("comm hook " + in.comm_hook + ": its compressed buffers are not estimated");
+  if (in.tp > 1 || in.pp > 1)
+    e.notes.push_back("tensor and pipeline parallel terms are formulas not yet checked against runs");
+  if (half && !in.master_weights)
+    e.notes.push_back("autocast with fp32 parameters: activations estimated at 2 bytes");
+  return e;
+}
+
+LayerActivationCheck compare_with_korthikanti(const ModelSpec& spec, int64_t micro_batch) {
+  LayerActivationCheck c;
+  c.korthikanti = korthikanti_layer_activation_bytes(spec.seq_len, micro_batch, spec.d_model, spec.n_head);
+  ActivationOptions o;
+  o.micro_batch = micro_batch;
+  o.act_bytes = 2;
+  o.param_bytes = 2;
+  c.strata = activation_model(spec, o).blocks.front().saved;
+  c.explanation = c10::str(
+      "Korthikanti et al. count 34 sbh + 5as^2b bytes per layer (2-byte activations, 1-byte "
+      "dropout masks, the (s, s) scores and probabilities). Strata keeps 32 sbh: no dropout masks "
+      "(counter-based dropout regenerates them in backward), and ",
+      spec.dropout > 0 ? "on CPU with attention dropout 4as^2b of softmax output and dropped "
+                         "probabilities (no mask)"
+                       : "instead of the s^2 terms only the fused attention kernel's log-sum-exp "
+                         "(2as b bytes)",
+      ", plus fp32 layer-norm statistics (16 sb).");
+  return c;
 }
 
 }  // namespace strata

@@ -1,6 +1,11 @@
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "strata/memory/activations.h"
+#include "strata/memory/category.h"
+#include "strata/memory/recompute.h"
 #include "strata/models/flavours.h"
 
 namespace strata {
@@ -45,5 +50,55 @@ ModelStateBytes model_state_bytes(int64_t total, int64_t trainable, const StateL
 // s, micro-batch b, hidden h, heads a). A cross-check for the estimator's own
 // per-layer figure, which follows Strata's kernels.
 double korthikanti_layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t a);
+
+// Everything the estimate depends on: the resolved model and the run's memory
+// and layout settings (estimate_input_from_config in train/plan makes it).
+struct EstimateInput {
+  ModelSpec spec;
+  std::string precision = "fp32";  // fp32, bf16, fp16
+  bool master_weights = true;      // half parameters + fp32 masters (false: autocast)
+  RecomputeMode recompute = RecomputeMode::kNone;
+  int64_t recompute_k = 2;
+  int64_t dp = 1, tp = 1, pp = 1;
+  bool sequence_parallel = false;
+  std::string schedule = "1f1b";  // pipeline: gpipe, 1f1b (interleaved, zero-bubble: 1f1b's)
+  int64_t zero = 0;
+  bool offload = false;
+  bool zero_prefetch = true;
+  int64_t micro_batch = 1, micro_batches = 1;  // per rank; accumulation steps
+  std::string comm_hook = "none";
+  bool nccl = false;       // CUDA: NCCL reduce-scatter, no Gloo staging buffers
+  bool host_is_device = true;  // CPU training: the offloaded state is tracked memory too
+  double data_bytes = 0;   // dataset tensors held in memory (other)
+};
+
+struct EstimatePoint {
+  std::string phase;
+  std::array<double, kNumCategories> bytes{};
+  double total() const;
+};
+
+struct MemoryEstimate {
+  ParameterCount count;
+  ModelStateBytes states;
+  ActivationModel activation;
+  std::vector<EstimatePoint> timeline;  // one step, phase by phase
+  EstimatePoint peak;                   // the highest point of the timeline
+  std::array<double, kNumCategories> category_peak{};  // each category's own maximum
+  double activations_per_micro_batch = 0;  // kept at the end of one micro-batch's forward
+  int64_t micro_batches_in_flight = 1;     // > 1 only under a pipeline schedule
+  double host_bytes = 0;                   // offloaded state (on a GPU run: host memory)
+  std::vector<std::string> notes;          // what the estimate assumed
+};
+
+// Pure: the per-rank memory of one training step.
+MemoryEstimate estimate_memory(const EstimateInput& in);
+
+// Korthikanti's per-layer figure next to the estimator's for the same layer (16-bit).
+struct LayerActivationCheck {
+  double korthikanti = 0, strata = 0;
+  std::string explanation;
+};
+LayerActivationCheck compare_with_korthikanti(const ModelSpec& spec, int64_t micro_batch);
 
 }  // namespace strata

@@ -21,6 +21,7 @@
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
 #include "strata/train/checkpoint.h"
+#include "strata/train/plan.h"
 
 namespace strata {
 
@@ -89,17 +90,13 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   dp_rank_ = mesh_->coord().dp;
 
   data_ = open_data_source(cfg_);
-  spec_ = resolve_model_spec(cfg_.model, data_.shape);
-  if (is_language_model(spec_.family)) dims.check_model(spec_.n_head, spec_.n_layer);
+  // The same checks `strata estimate` makes (Note [one validation path]).
+  const RunPlan plan = plan_run(cfg_, info.world_size, data_.shape);
+  spec_ = plan.spec;
   build_datasets(data_, cfg_, spec_);
-
+  micro_ = plan.micro_batch;
+  accum_ = plan.accum;
   const int64_t dp = dims.dp();
-  micro_ = t.micro_batch_size > 0 ? t.micro_batch_size : t.batch_size / dp;
-  STRATA_CHECK(micro_ > 0 && t.batch_size % (micro_ * dp) == 0,
-               "training.batch_size=", t.batch_size,
-               " must be a multiple of micro_batch_size x dp = ", micro_, " x ", dp,
-               "; change batch_size or micro_batch_size");
-  accum_ = t.batch_size / (micro_ * dp);
 
   // Every rank builds the same initial weights from the seed; dropout then gets
   // a per-rank stream (reseeded below).
@@ -458,6 +455,11 @@ TrainSummary Trainer::run() {
   std::unique_ptr<MetricsLog> log;
   if (info_.rank == 0) {
     fs::create_directories(cfg_.logging.run_dir);
+    // The resolved config, dp filled in: `strata estimate --compare` and `strata
+    // report` read it back.
+    Config resolved = cfg_;
+    resolved.parallel.dp = mesh_->dims().dp();
+    write_file_atomic(cfg_.logging.run_dir + "/config.toml", config_toml(resolved));
     log = std::make_unique<MetricsLog>(cfg_.logging.run_dir + "/metrics.jsonl", start_step_ > 0);
     out.metrics_path = log->path();
   }

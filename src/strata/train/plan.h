@@ -1,0 +1,40 @@
+#pragma once
+#include <cstdint>
+
+#include "strata/core/config.h"
+#include "strata/dist/parallel_dims.h"
+#include "strata/memory/estimator.h"
+#include "strata/models/flavours.h"
+
+namespace strata {
+
+// Note [one validation path]: `strata train` and `strata estimate` resolve a
+// config through plan_run, so an invalid config (a bad value, an unknown
+// flavour, a layout that does not fit the world or the model, a batch that does
+// not split) gets the same one-line message from both.
+struct RunPlan {
+  ParallelDims dims{1, 1, 1, 1};
+  ModelSpec spec;
+  int64_t micro_batch = 1;  // per rank
+  int64_t accum = 1;        // micro-steps per optimizer step
+};
+RunPlan plan_run(const Config& cfg, int64_t world_size, const DataShape& data);
+
+// The estimator's input for a planned run (device "cuda" means NCCL and host offload).
+EstimateInput estimate_input(const Config& cfg, const RunPlan& plan);
+
+// plan_run + estimate_input for a config as `strata train` would run it on
+// world_size ranks (it opens the data source for its shape: the tokenizer's
+// vocabulary). world_size 0: dp * tp * pp, dp = 0 counting as 1.
+struct PlannedEstimate {
+  RunPlan plan;
+  EstimateInput input;
+  MemoryEstimate estimate;
+};
+PlannedEstimate plan_and_estimate(const Config& cfg, int64_t world_size = 0);
+
+// Bytes of dataset tensors a source keeps in memory for the whole run (Fashion-MNIST's
+// 70,000 images and labels); 0 for streamed or generated data.
+double resident_data_bytes(const Config& cfg);
+
+}  // namespace strata
