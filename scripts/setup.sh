@@ -20,7 +20,7 @@ log() { echo "[setup] $*"; }
 # 1. Debian packages, by name.
 PACKAGES=(cmake ninja-build g++ ccache pkg-config python3 python3-venv
   libgtest-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libsentencepiece-dev
-  libgloo-dev zlib1g-dev bible-kjv dataset-fashion-mnist)
+  libgloo-dev zlib1g-dev bible-kjv dataset-fashion-mnist chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -33,7 +33,8 @@ TEST(EstimateCli, FitsOnlyWithTheMargin) {
 }
 
 TEST(EstimateCli, PrintsCategoriesPeakAndVerdict) {
-  const std::string base = strata_bin() + " estimate -c " + source_dir() + "/configs/kjv-debug.toml";
+  const std::string base =
+      strata_bin() + " estimate -c " + source_dir() + "/configs/kjv-debug.toml";
   RunResult r = run(base + " --device-memory 1GiB");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* s : {"parameters", "gradients", "optimizer", "activations", "comm_buffers",
@@ -61,7 +62,8 @@ TEST(EstimateCli, SameValidationAsTraining) {
       {"--model.flavour=gpt3", "unknown model flavour 'gpt3'"},
       {"--parallel.dp=4", "dp*tp*pp = 4*1*1 = 4 does not equal the world size 1"},
       {"--parallel.tp=3", "world size 1 is not divisible by tp*pp=3*1=3"},
-      {"--training.batch_size=10 --training.micro_batch_size=4", "must be a multiple of micro_batch_size x dp"},
+      {"--training.batch_size=10 --training.micro_batch_size=4",
+       "must be a multiple of micro_batch_size x dp"},
       {"--parallel.zero=5", "parallel.zero=5"},
       {"--memory.precision=fp8", "memory.precision"},
   };
@@ -73,8 +75,7 @@ TEST(EstimateCli, SameValidationAsTraining) {
   expect_one_error_line(strata_bin() + " estimate --parallel.tp=3", "does not divide n_head=4");
   expect_one_error_line(strata_bin() + " estimate --parallel.pp=8", "is larger than n_layer=4");
   expect_one_error_line(strata_bin() + " estimate --device-memory 12XB", "is not a size");
-  expect_one_error_line(strata_bin() + " estimate --compare " + dir + "/nothing",
-                        "does not exist");
+  expect_one_error_line(strata_bin() + " estimate --compare " + dir + "/nothing", "does not exist");
 }
 
 namespace {
@@ -112,19 +113,19 @@ TEST(EstimateMatrix, PredictedPeakWithinBoundsOfMeasured) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
     const std::string dir = temp_dir("matrix-" + std::to_string(i));
-    RunResult r = run(train_command(dir, c10::str("--nproc ", row.ranks, " --training.threads=",
-                                                  std::max(1, 2 / row.ranks),
-                                                  " --training.steps=3 --checkpoint.interval=0 "
-                                                  "--checkpoint.save_final=false ",
-                                                  row.flags)));
+    RunResult r = run(train_command(
+        dir, c10::str("--nproc ", row.ranks, " --training.threads=", std::max(1, 2 / row.ranks),
+                      " --training.steps=3 --checkpoint.interval=0 "
+                      "--checkpoint.save_final=false ",
+                      row.flags)));
     ASSERT_EQ(r.status, 0) << row.name << "\n" << r.output;
     r = run(strata_bin() + " estimate --json --compare " + dir);
     ASSERT_EQ(r.status, 0) << row.name << "\n" << r.output;
     const auto c = nlohmann::json::parse(r.output)["compare"];
     const double err = c["error"].get<double>(), measured = c["measured"].get<double>();
     errors.push_back(std::abs(err));
-    table << row.name << ": predicted " << c["predicted"].get<double>() / 1048576 << " MiB, measured "
-          << measured / 1048576 << " MiB, error " << err * 100 << "%\n";
+    table << row.name << ": predicted " << c["predicted"].get<double>() / 1048576
+          << " MiB, measured " << measured / 1048576 << " MiB, error " << err * 100 << "%\n";
     // Just below the measured peak the verdict must be DOES NOT FIT (exit 1).
     r = run(c10::str(strata_bin(), " estimate --compare ", dir, " --device-memory ",
                      static_cast<int64_t>(measured) - 1));
@@ -134,8 +135,9 @@ TEST(EstimateMatrix, PredictedPeakWithinBoundsOfMeasured) {
   }
   std::vector<double> sorted = errors;
   std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                          : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
+  const double median = sorted.size() % 2
+                            ? sorted[sorted.size() / 2]
+                            : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
   std::printf("%s%zu configurations: median |error| %.2f%%, max %.2f%%\n", table.str().c_str(),
               errors.size(), median * 100, sorted.back() * 100);
   EXPECT_LE(median, 0.03) << table.str();

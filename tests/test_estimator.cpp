@@ -239,9 +239,9 @@ TEST(Estimator, TimelineHasThePhasesAndThePeak) {
       if (p.phase == phase) return true;
     return false;
   };
-  for (const char* p : {"step.begin", "micro[0].forward.begin", "block[3].forward.end",
-                        "micro[0].loss", "block[0].backward (peak)", "micro[1].backward.end",
-                        "optimizer.step (peak)", "step.end"})
+  for (const char* p :
+       {"step.begin", "micro[0].forward.begin", "block[3].forward.end", "micro[0].loss",
+        "block[0].backward (peak)", "micro[1].backward.end", "optimizer.step (peak)", "step.end"})
     EXPECT_TRUE(has(p)) << p;
   // The debug GPT's vocabulary (8192) against d_model 96: the head's backward is
   // the peak (three N x V fp32 tensors at once).

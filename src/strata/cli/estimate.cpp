@@ -20,17 +20,27 @@ int64_t parse_size(const std::string& text) {
     pos = 0;
   }
   std::string unit = text.substr(pos);
-  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kb") mult = 1e3;
-  else if (unit == "m" || unit == "mb") mult = 1e6;
-  else if (unit == "g" || unit == "gb") mult = 1e9;
-  else if (unit == "t" || unit == "tb") mult = 1e12;
-  else if (unit == "kib") mult = 1024.0;
-  else if (unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kb")
+    mult = 1e3;
+  else if (unit == "m" || unit == "mb")
+    mult = 1e6;
+  else if (unit == "g" || unit == "gb")
+    mult = 1e9;
+  else if (unit == "t" || unit == "tb")
+    mult = 1e12;
+  else if (unit == "kib")
+    mult = 1024.0;
+  else if (unit == "mib")
+    mult = 1024.0 * 1024;
+  else if (unit == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "tib")
+    mult = 1024.0 * 1024 * 1024 * 1024;
   STRATA_CHECK(pos > 0 && mult > 0 && v > 0 && std::isfinite(v), "memory size '", text,
                "' is not a size; write a positive number with an optional unit, e.g. 80GiB, "
                "24GB or 512MiB");
@@ -64,9 +74,9 @@ std::string describe(const PlannedEstimate& pe) {
   const auto& in = pe.input;
   const auto& e = pe.estimate;
   return c10::str(in.spec.flavour, " (", e.count.total, " parameters), ", pe.plan.dims.to_string(),
-                  in.zero ? c10::str(", zero ", in.zero, in.offload ? " + offload" : "") : "",
-                  ", ", in.precision, ", recompute ", recompute_name(in.recompute),
-                  ", micro-batch ", in.micro_batch, " x ", in.micro_batches, " accumulation");
+                  in.zero ? c10::str(", zero ", in.zero, in.offload ? " + offload" : "") : "", ", ",
+                  in.precision, ", recompute ", recompute_name(in.recompute), ", micro-batch ",
+                  in.micro_batch, " x ", in.micro_batches, " accumulation");
 }
 
 void print_estimate(const PlannedEstimate& pe) {
@@ -77,10 +87,12 @@ void print_estimate(const PlannedEstimate& pe) {
     std::string extra;
     const auto cat = static_cast<Category>(c);
     if (cat == Category::kActivations)
-      extra = c10::str("  (", mib(e.activations_per_micro_batch), " per micro-batch at the end of forward x ",
-                       e.micro_batches_in_flight, " in flight)");
+      extra = c10::str("  (", mib(e.activations_per_micro_batch),
+                       " per micro-batch at the end of forward x ", e.micro_batches_in_flight,
+                       " in flight)");
     if (cat == Category::kOptimizer && e.host_bytes > 0)
-      extra = c10::str("  (", mib(e.host_bytes), " offloaded to host memory", pe.input.host_is_device ? ", counted here: CPU run" : "", ")");
+      extra = c10::str("  (", mib(e.host_bytes), " offloaded to host memory",
+                       pe.input.host_is_device ? ", counted here: CPU run" : "", ")");
     std::printf("  %-14s %10s %10s%s\n", category_name(cat), mib(e.peak.bytes[c]).c_str(),
                 mib(e.category_peak[c]).c_str(), extra.c_str());
   }
@@ -148,8 +160,8 @@ int run_estimate(const EstimateArgs& a) {
     load_config_file(cfg, a.config_path);
   }
   for (const auto& o : a.overrides) {
-    STRATA_CHECK(o.rfind("--", 0) == 0 && o.find('.') != std::string::npos, "unknown argument '",
-                 o, "'; config overrides look like --section.key=value (see strata estimate --help)");
+    STRATA_CHECK(o.rfind("--", 0) == 0 && o.find('.') != std::string::npos, "unknown argument '", o,
+                 "'; config overrides look like --section.key=value (see strata estimate --help)");
     apply_override(cfg, o.substr(2));
   }
   const PlannedEstimate pe = plan_and_estimate(cfg, a.nproc);
@@ -174,9 +186,10 @@ int run_estimate(const EstimateArgs& a) {
                     mib(limit).c_str(), mib(pe.estimate.peak.total()).c_str(), kFitMargin * 100,
                     mib(verdict->needed).c_str(), mib(verdict->slack).c_str());
       else
-        std::printf("DOES NOT FIT in %s MiB: peak %s MiB + %.0f%% margin = %s MiB, short by %s MiB\n",
-                    mib(limit).c_str(), mib(pe.estimate.peak.total()).c_str(), kFitMargin * 100,
-                    mib(verdict->needed).c_str(), mib(-verdict->slack).c_str());
+        std::printf(
+            "DOES NOT FIT in %s MiB: peak %s MiB + %.0f%% margin = %s MiB, short by %s MiB\n",
+            mib(limit).c_str(), mib(pe.estimate.peak.total()).c_str(), kFitMargin * 100,
+            mib(verdict->needed).c_str(), mib(-verdict->slack).c_str());
     }
     if (!measured.is_null()) {
       const auto& c = out["compare"];
@@ -190,7 +203,8 @@ int run_estimate(const EstimateArgs& a) {
                     mib(r["measured_at_peak"].get<double>()).c_str(),
                     mib(r["predicted_peak"].get<double>()).c_str(),
                     mib(r["measured_peak"].get<double>()).c_str());
-      std::printf("  %-14s %12s %12s   error %+.1f%%\n", "peak", mib(c["predicted"].get<double>()).c_str(),
+      std::printf("  %-14s %12s %12s   error %+.1f%%\n", "peak",
+                  mib(c["predicted"].get<double>()).c_str(),
                   mib(c["measured"].get<double>()).c_str(), c["error"].get<double>() * 100);
     }
   }

@@ -1,4 +1,4 @@
-// strata: train | launch | version. See README "Command line".
+// strata: train | launch | estimate | report | version. See README "Command line".
 #include <c10/util/Exception.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -14,6 +14,7 @@
 #include "strata/dist/comm.h"
 #include "strata/dist/launcher.h"
 #include "strata/dist/rendezvous.h"
+#include "strata/report/html_report.h"
 #include "strata/train/trainer.h"
 
 namespace {
@@ -107,6 +108,12 @@ int main(int argc, char** argv) {
   estimate->add_flag("--json", ea.json, "print JSON");
   estimate->allow_extras();
 
+  auto* report = app.add_subcommand(
+      "report", "write a self-contained HTML report of a run directory (memory, loss, comm)");
+  std::string report_dir, report_out;
+  report->add_option("run_dir", report_dir, "the run's logging.run_dir")->required();
+  report->add_option("-o,--output", report_out, "HTML file (default RUN_DIR/report.html)");
+
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");
   });
@@ -123,6 +130,7 @@ int main(int argc, char** argv) {
       return run_train(config_path, nproc, train->remaining(), targs);
     }
     if (launch_cmd->parsed()) return strata::launch(lo);
+    if (report->parsed()) return strata::run_report(report_dir, report_out);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();
       return strata::run_estimate(ea);

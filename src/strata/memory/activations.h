@@ -25,12 +25,12 @@ struct BlockActivations {
 };
 
 struct ActivationModel {
-  double batch = 0;           // the micro-batch's input tensors (indices, images, targets)
-  double embed = 0;           // embedding/stem: kept until backward ends (includes block 0's input)
+  double batch = 0;  // the micro-batch's input tensors (indices, images, targets)
+  double embed = 0;  // embedding/stem: kept until backward ends (includes block 0's input)
   std::vector<BlockActivations> blocks;
-  double head = 0;            // added between the last block and the loss
-  double head_backward = 0;   // transient above the loss level in the head's backward
-  double tied_gradient = 0;   // tied embedding: the head's weight gradient waits for the embedding's
+  double head = 0;           // added between the last block and the loss
+  double head_backward = 0;  // transient above the loss level in the head's backward
+  double tied_gradient = 0;  // tied embedding: the head's weight gradient waits for the embedding's
   bool block_keeps_output = false;  // the block's own last op saves its output (ReLU)
   // Selective recompute: bytes dropped per block (attention core internals).
   double selective_saving = 0;

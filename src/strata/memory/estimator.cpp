@@ -162,9 +162,9 @@ class StepReplay {
 };
 
 struct ZeroUnits {
-  double block = 0, root = 0;    // gathered bytes of the largest block unit and the root
-  double root_grads = 0;         // the root's gradients other than a tied embedding's
-  double largest_group = 0;      // largest flat group (padded), parameter dtype
+  double block = 0, root = 0;  // gathered bytes of the largest block unit and the root
+  double root_grads = 0;       // the root's gradients other than a tied embedding's
+  double largest_group = 0;    // largest flat group (padded), parameter dtype
 };
 
 // Elements of the model's largest parameter tensor.
@@ -178,8 +178,8 @@ double largest_tensor(const ModelSpec& s) {
       return static_cast<double>(w * w * 9);
     }
     case Family::kMlp:
-      return static_cast<double>(std::max(s.hidden * s.hidden,
-                                          s.in_channels * s.image_size * s.image_size * s.hidden));
+      return static_cast<double>(
+          std::max(s.hidden * s.hidden, s.in_channels * s.image_size * s.image_size * s.hidden));
   }
   return 0;
 }
@@ -207,15 +207,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const int64_t stage_layers = (layers + in.pp - 1) / in.pp;
   const double tp = static_cast<double>(in.tp);
   const double blocks_params = static_cast<double>(e.count.total - e.count.outside_blocks);
-  double rank_total = e.count.outside_blocks / tp +
-                      blocks_params / tp * static_cast<double>(stage_layers) /
-                          static_cast<double>(layers);
+  double rank_total = e.count.outside_blocks / tp + blocks_params / tp *
+                                                        static_cast<double>(stage_layers) /
+                                                        static_cast<double>(layers);
   const double frozen = static_cast<double>(e.count.total - e.count.trainable);
   const auto rank_params = static_cast<int64_t>(std::llround(rank_total));
   const auto rank_trainable = static_cast<int64_t>(std::llround(rank_total - frozen / tp));
-  e.states = model_state_bytes(rank_params, rank_trainable,
-                               StateLayout{p_bytes, half && in.master_weights, in.zero, in.dp,
-                                           in.offload});
+  e.states = model_state_bytes(
+      rank_params, rank_trainable,
+      StateLayout{p_bytes, half && in.master_weights, in.zero, in.dp, in.offload});
   e.host_bytes = e.states.host_optimizer;
 
   ActivationOptions ao;
@@ -226,7 +226,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   ao.sequence_parallel = in.sequence_parallel;
   e.activation = activation_model(spec, ao);
   ActivationModel& am = e.activation;
-  if (static_cast<int64_t>(am.blocks.size()) > stage_layers) am.blocks.resize(static_cast<size_t>(stage_layers));
+  if (static_cast<int64_t>(am.blocks.size()) > stage_layers)
+    am.blocks.resize(static_cast<size_t>(stage_layers));
   if (in.recompute == RecomputeMode::kSelective)
     for (auto& b : am.blocks) b.saved -= am.selective_saving;
 
@@ -238,9 +239,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     zu.block = padded(static_cast<double>(e.count.per_block) / tp) * static_cast<double>(p_bytes);
     zu.root = padded((static_cast<double>(e.count.outside_blocks) - frozen) / tp) *
               static_cast<double>(p_bytes);
-    zu.root_grads = (static_cast<double>(e.count.outside_blocks) - frozen -
-                     (am.tied_gradient > 0 ? static_cast<double>(spec.vocab_size * spec.d_model) : 0)) /
-                    tp * static_cast<double>(p_bytes);
+    zu.root_grads =
+        (static_cast<double>(e.count.outside_blocks) - frozen -
+         (am.tied_gradient > 0 ? static_cast<double>(spec.vocab_size * spec.d_model) : 0)) /
+        tp * static_cast<double>(p_bytes);
     zu.largest_group = std::max(zu.block, zu.root);
   }
   const bool stage3 = in.zero >= 3, reduces_in_backward = in.zero >= 2;
@@ -252,15 +254,16 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   r.level[kOtherCat] = in.data_bytes;
   r.mark("step.begin");
 
-  const std::vector<Segment> segments =
-      recompute_segments(in.recompute, static_cast<int64_t>(am.blocks.size()),
-                         std::clamp<int64_t>(in.recompute_k, 1, static_cast<int64_t>(am.blocks.size())));
+  const std::vector<Segment> segments = recompute_segments(
+      in.recompute, static_cast<int64_t>(am.blocks.size()),
+      std::clamp<int64_t>(in.recompute_k, 1, static_cast<int64_t>(am.blocks.size())));
   // Pipeline: a stage keeps the activations of every micro-batch it has run
   // forward and not yet backward: all of them under GPipe, at most pp on stage 0
   // under 1F1B (and its interleaved and zero-bubble variants).
   e.micro_batches_in_flight =
-      in.pp == 1 ? 1 : (in.schedule == "gpipe" ? in.micro_batches
-                                               : std::min<int64_t>(in.pp, in.micro_batches));
+      in.pp == 1 ? 1
+                 : (in.schedule == "gpipe" ? in.micro_batches
+                                           : std::min<int64_t>(in.pp, in.micro_batches));
   // Note [estimated ZeRO buffers]: a gather in flight holds its output and, on
   // Gloo, a staging buffer of the same size (2 units); a finished one only the
   // gathered unit. Stage 3 keeps the root gathered through forward and backward,
@@ -271,7 +274,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const double staging = in.nccl ? 1.0 : 2.0;
   const double prefetch = in.zero_prefetch ? staging : 0.0;
   const double pipe_comm = in.pp > 1 ? 2 * am.blocks.front().in : 0.0;  // send + receive
-  const int64_t micro_steps = std::min<int64_t>(in.micro_batches, 2);  // later ones repeat the second
+  const int64_t micro_steps =
+      std::min<int64_t>(in.micro_batches, 2);  // later ones repeat the second
   for (int64_t m = 0; m < micro_steps; ++m) {
     const std::string mb = c10::str("micro[", m, "]");
     // Activations of micro-batches still in flight on this pipeline stage.
@@ -300,8 +304,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     r.level[kActs] += am.head;
     r.mark(mb + ".loss");
     r.mark("head.backward (peak)", am.head_backward);
-    r.level[kActs] += -am.head + am.tied_gradient +
-                      (am.block_keeps_output ? am.blocks.back().out : 0.0);
+    r.level[kActs] +=
+        -am.head + am.tied_gradient + (am.block_keeps_output ? am.blocks.back().out : 0.0);
     if (reduces_in_backward) r.level[kActs] += zu.root_grads;  // wait for the root's reduction
     double in_flight_reduction = 0;
     for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
@@ -345,8 +349,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // all-gather each group while the next steps, two in flight, each with a clone
   // of the shard and (Gloo) a staging buffer of the gathered size.
   double largest = largest_tensor(spec) / tp;
-  if (in.zero >= 1) largest = std::min(largest, zu.largest_group / static_cast<double>(p_bytes) /
-                                                    static_cast<double>(in.dp));
+  if (in.zero >= 1)
+    largest = std::min(
+        largest, zu.largest_group / static_cast<double>(p_bytes) / static_cast<double>(in.dp));
   const double update_tmp = (half && in.master_weights ? 3.0 : 2.0) * 4.0 * largest;
   const double norm_tmp = 65536.0 * 8;
   r.mark("optimizer.begin");
@@ -361,12 +366,14 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.timeline = std::move(r.points);
   for (const auto& p : e.timeline) {
     if (p.total() > e.peak.total()) e.peak = p;
-    for (size_t c = 0; c < kNumCategories; ++c) e.category_peak[c] = std::max(e.category_peak[c], p.bytes[c]);
+    for (size_t c = 0; c < kNumCategories; ++c)
+      e.category_peak[c] = std::max(e.category_peak[c], p.bytes[c]);
   }
   if (in.comm_hook != "none" && in.zero == 0 && in.dp > 1)
     e.notes.push_back("comm hook " + in.comm_hook + ": its compressed buffers are not estimated");
   if (in.tp > 1 || in.pp > 1)
-    e.notes.push_back("tensor and pipeline parallel terms are formulas not yet checked against runs");
+    e.notes.push_back(
+        "tensor and pipeline parallel terms are formulas not yet checked against runs");
   if (half && !in.master_weights)
     e.notes.push_back("autocast with fp32 parameters: activations estimated at 2 bytes");
   return e;
@@ -374,7 +381,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
 LayerActivationCheck compare_with_korthikanti(const ModelSpec& spec, int64_t micro_batch) {
   LayerActivationCheck c;
-  c.korthikanti = korthikanti_layer_activation_bytes(spec.seq_len, micro_batch, spec.d_model, spec.n_head);
+  c.korthikanti =
+      korthikanti_layer_activation_bytes(spec.seq_len, micro_batch, spec.d_model, spec.n_head);
   ActivationOptions o;
   o.micro_batch = micro_batch;
   o.act_bytes = 2;

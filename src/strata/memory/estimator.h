@@ -67,9 +67,9 @@ struct EstimateInput {
   bool zero_prefetch = true;
   int64_t micro_batch = 1, micro_batches = 1;  // per rank; accumulation steps
   std::string comm_hook = "none";
-  bool nccl = false;       // CUDA: NCCL reduce-scatter, no Gloo staging buffers
+  bool nccl = false;           // CUDA: NCCL reduce-scatter, no Gloo staging buffers
   bool host_is_device = true;  // CPU training: the offloaded state is tracked memory too
-  double data_bytes = 0;   // dataset tensors held in memory (other)
+  double data_bytes = 0;       // dataset tensors held in memory (other)
 };
 
 struct EstimatePoint {
@@ -82,8 +82,8 @@ struct MemoryEstimate {
   ParameterCount count;
   ModelStateBytes states;
   ActivationModel activation;
-  std::vector<EstimatePoint> timeline;  // one step, phase by phase
-  EstimatePoint peak;                   // the highest point of the timeline
+  std::vector<EstimatePoint> timeline;                 // one step, phase by phase
+  EstimatePoint peak;                                  // the highest point of the timeline
   std::array<double, kNumCategories> category_peak{};  // each category's own maximum
   double activations_per_micro_batch = 0;  // kept at the end of one micro-batch's forward
   int64_t micro_batches_in_flight = 1;     // > 1 only under a pipeline schedule

@@ -1,0 +1,42 @@
+#pragma once
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// Inline SVG charts for `strata report`: pure functions from numbers to markup,
+// no scripts, no external resources (Note [self-contained report]).
+struct Series {
+  std::string name;
+  std::string color;
+  std::vector<double> x, y;
+  bool dashed = false;
+};
+struct Marker {
+  double x = 0;
+  std::string label;
+};
+struct HLine {
+  double y = 0;
+  std::string label;
+  std::string color;
+  bool dashed = false;
+};
+struct ChartSpec {
+  std::string title, x_label, y_label;
+  int width = 960, height = 300;
+  std::vector<Marker> markers;  // vertical phase lines
+  std::vector<HLine> hlines;    // horizontal reference lines
+  bool bars = false;            // line_chart: bars instead of lines (first series)
+};
+
+// Lines (or bars) over a shared x axis.
+std::string line_chart(const ChartSpec& c, const std::vector<Series>& series);
+// Stacked areas: layers' y are stacked in order over x (taken from the first layer).
+std::string stacked_area_chart(const ChartSpec& c, const std::vector<Series>& layers);
+
+// 1, 2 or 5 times a power of ten, so that [lo, hi] gets about `target` ticks.
+double nice_step(double lo, double hi, int target);
+std::string html_escape(const std::string& s);
+
+}  // namespace strata
