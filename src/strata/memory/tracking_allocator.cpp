@@ -1,5 +1,6 @@
 #include "strata/memory/tracking_allocator.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
@@ -125,8 +126,16 @@ MemoryScope::~MemoryScope() {
   if (main_) g_category.store(prev_ < 0 ? static_cast<int>(Category::kOther) : prev_);
 }
 
+// Note [unscoped threads]: a thread without a scope inside a parallel region is
+// an intra-op worker allocating on behalf of the main thread, so it takes the
+// main thread's scope. Any other unscoped thread is a communication backend's
+// worker (Gloo's, which stages all-gathers and reductions in tensors of its own):
+// its allocations are communication buffers, whatever the main thread is doing
+// at that moment. Strata starts no other threads that allocate tensors.
 Category current_category() {
-  return static_cast<Category>(t_category >= 0 ? t_category : g_category.load());
+  if (t_category >= 0) return static_cast<Category>(t_category);
+  if (t_is_main || at::in_parallel_region()) return static_cast<Category>(g_category.load());
+  return Category::kCommBuffers;
 }
 
 MemoryStats memory_stats() {

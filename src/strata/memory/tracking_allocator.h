@@ -10,8 +10,9 @@ namespace strata {
 // 64-byte header in front of the data (size, category), so freeing needs no map
 // lookup and a tensor's bytes can be moved to another category later (retag):
 // memory is tagged where it is made, by the innermost MemoryScope of the
-// allocating thread. A thread without a scope uses the scope of the thread that
-// installed the allocator (OpenMP workers allocate on behalf of the main thread).
+// allocating thread. An intra-op worker without a scope uses the scope of the
+// thread that installed the allocator; a communication backend's thread charges
+// communication buffers (Note [unscoped threads]).
 void install_tracking_allocator();
 bool tracking_allocator_installed();
 
