@@ -216,14 +216,21 @@ TEST(Estimator, TensorAndPipelineFormulas) {
   in.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(block_saved(in), 16.0 / 4 * N * C * 4 + 16 * N + N * 12 * 4 / 4);
   EXPECT_LT(block_saved(in), one);
-  // Pipeline: stage 0 keeps pp micro-batches under 1F1B, all of them under GPipe.
+  // Pipeline: stage 0 keeps pp micro-batches under 1F1B, all of them under GPipe;
+  // the last stage one, but it holds the head. The larger one is the estimate.
   in = gpt_input("gpt2-124m");
   in.micro_batch = 1;
   in.pp = 4;
   in.micro_batches = 8;
+  in.spec.vocab_size = 256;  // a small head: stage 0 is the larger
   EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 4);
+  EXPECT_EQ(estimate_memory(in).peak.phase.rfind("stage 0: ", 0), 0u);
   in.schedule = "gpipe";
   EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 8);
+  in.schedule = "1f1b";
+  in.spec.vocab_size = 50257;  // GPT-2's head: the last stage is the larger
+  EXPECT_EQ(estimate_memory(in).peak.phase, "stage 3: head.backward (peak)");
+  EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 1);
   // A stage holds a quarter of the blocks (and the embeddings).
   const MemoryEstimate e = estimate_memory(in);
   EXPECT_EQ(e.activation.blocks.size(), 3u);

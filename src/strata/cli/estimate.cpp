@@ -98,6 +98,12 @@ void print_estimate(const PlannedEstimate& pe) {
   }
   std::printf("  %-14s %10s            at %s\n", "peak", mib(e.peak.total()).c_str(),
               e.peak.phase.c_str());
+  if (is_language_model(pe.input.spec.family)) {
+    const LayerActivationCheck k = compare_with_korthikanti(pe.input.spec, pe.input.micro_batch);
+    std::printf("one layer at 2 bytes: Strata keeps %s MiB, Korthikanti et al.'s sbh(34 + 5as/h) "
+                "gives %s MiB. %s\n",
+                mib(k.strata).c_str(), mib(k.korthikanti).c_str(), k.explanation.c_str());
+  }
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
 
@@ -116,6 +122,12 @@ nlohmann::json estimate_json(const PlannedEstimate& pe) {
                       {"micro_batches_in_flight", e.micro_batches_in_flight},
                       {"host_bytes", std::llround(e.host_bytes)},
                       {"notes", e.notes}};
+  if (is_language_model(pe.input.spec.family)) {
+    const LayerActivationCheck k = compare_with_korthikanti(pe.input.spec, pe.input.micro_batch);
+    j["layer_vs_korthikanti"] = {{"strata", std::llround(k.strata)},
+                                 {"korthikanti", std::llround(k.korthikanti)},
+                                 {"explanation", k.explanation}};
+  }
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : e.timeline)
     tl.push_back({{"phase", p.phase}, {"bytes", category_json(p.bytes)}});

@@ -31,7 +31,9 @@ namespace {
 // plus one weight gradient (4 C^2) before AccumulateGrad adds it into .grad.
 struct TransformerShape {
   double N, C, H, B, T, V, a, p, t;
+  double r;       // bytes of the GPT residual stream: a, or 4 under autocast
   bool sp;
+  bool autocast;  // fp32 parameters, half compute: linears keep half copies of their weights
 };
 
 double attention_core(const TransformerShape& s, double dropout) {
@@ -40,10 +42,13 @@ double attention_core(const TransformerShape& s, double dropout) {
 
 BlockActivations transformer_block(const TransformerShape& s, double dropout) {
   BlockActivations b;
-  const double nc = s.N * s.C * s.a;
-  const double replicated = s.sp ? 4 * nc / s.t : 4 * nc;
+  const double nc = s.N * s.C * s.a, nr = s.N * s.C * s.r;
+  // Two layer-norm outputs (half under autocast too: CPU autocast runs layer norm
+  // in the lower precision) and two residual-stream tensors.
+  const double replicated = (2 * nc + 2 * nr) / (s.sp ? s.t : 1.0);
   b.saved = replicated + 12 * nc / s.t + 4 * s.N * 4 + attention_core(s, dropout);
-  b.in = b.out = s.sp ? nc / s.t : nc;
+  if (s.autocast) b.saved += 12 * s.C * s.C * s.a / s.t;  // the four weights' half copies
+  b.in = b.out = nr / (s.sp ? s.t : 1.0);
   b.weights = (12 * s.C * s.C / s.t + 13 * s.C) * s.p;
   b.weight_grad = 4 * s.C * s.C * s.p / s.t;
   b.backward_extra = 4 * nc / s.t + b.weight_grad;
@@ -64,14 +69,19 @@ ActivationModel transformer(const ModelSpec& spec, const ActivationOptions& o) {
   s.p = static_cast<double>(o.param_bytes);
   s.t = static_cast<double>(o.tp);
   s.sp = o.sequence_parallel;
+  s.autocast = o.autocast;
+  const bool bert = spec.family == Family::kBert;
+  // Under autocast GPT's residual stream stays fp32 (the embedding's output, and
+  // each residual sum of an fp32 and a half tensor); BERT's post-LN blocks pass
+  // half layer-norm outputs on.
+  s.r = o.autocast && !bert ? 4.0 : s.a;
   const double nc = s.N * s.C * s.a, stats = 2 * s.N * 4;
   ActivationModel m;
-  const bool bert = spec.family == Family::kBert;
   // int64 indices: input and target, and BERT's token types.
   m.batch = (bert ? 3 : 2) * s.N * 8;
   // GPT: the token + position sum (dropout's output replaces it when p > 0).
   // BERT: the three-way sum (layer norm's input), its output and statistics.
-  m.embed = bert ? 2 * nc + stats : nc;
+  m.embed = bert ? (o.autocast ? s.N * s.C * 4 : nc) + nc + stats : s.N * s.C * s.r;
   m.blocks.assign(static_cast<size_t>(spec.n_layer), transformer_block(s, spec.dropout));
   // Note [language-model head]: the final layer norm's output (BERT: the MLM
   // transform's dense and GELU outputs too) and the fp32 log-probabilities, N V x 4
@@ -80,6 +90,7 @@ ActivationModel transformer(const ModelSpec& spec, const ActivationOptions& o) {
   // the saved log-probabilities are live together: 2 N V x 4 above the loss level.
   // Vocabulary-parallel under tp.
   m.head = (bert ? 3 : 1) * nc + stats + s.N * s.V * 4 / s.t;
+  if (o.autocast) m.head += (s.V * s.C + (bert ? s.C * s.C : 0.0)) * s.a / s.t;  // weight copies
   m.head_backward = 2 * s.N * s.V * 4 / s.t;
   // The tied word embedding's gradient from the head is held by autograd until
   // the embedding's own contribution arrives at the end of backward.

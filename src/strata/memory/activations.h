@@ -42,6 +42,7 @@ struct ActivationOptions {
   int64_t param_bytes = 4;  // bytes of a parameter (and of its gradient)
   int64_t tp = 1;           // Megatron tensor parallel: the block's matmul activations / tp
   bool sequence_parallel = false;
+  bool autocast = false;    // fp32 parameters, half compute (memory.master_weights=false)
 };
 
 // Pure: the per-micro-batch activation model of the spec's family.

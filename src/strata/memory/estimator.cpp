@@ -224,6 +224,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   ao.param_bytes = p_bytes;
   ao.tp = in.tp;
   ao.sequence_parallel = in.sequence_parallel;
+  ao.autocast = half && !in.master_weights;
   e.activation = activation_model(spec, ao);
   ActivationModel& am = e.activation;
   if (static_cast<int64_t>(am.blocks.size()) > stage_layers)
@@ -247,23 +248,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   }
   const bool stage3 = in.zero >= 3, reduces_in_backward = in.zero >= 2;
 
-  StepReplay r;
-  r.level[kParams] = e.states.parameters;
-  r.level[kGrads] = e.states.gradients;
-  r.level[kOpt] = e.states.optimizer + (in.host_is_device ? e.host_bytes : 0);
-  r.level[kOtherCat] = in.data_bytes;
-  r.mark("step.begin");
-
   const std::vector<Segment> segments = recompute_segments(
       in.recompute, static_cast<int64_t>(am.blocks.size()),
       std::clamp<int64_t>(in.recompute_k, 1, static_cast<int64_t>(am.blocks.size())));
-  // Pipeline: a stage keeps the activations of every micro-batch it has run
-  // forward and not yet backward: all of them under GPipe, at most pp on stage 0
-  // under 1F1B (and its interleaved and zero-bubble variants).
-  e.micro_batches_in_flight =
-      in.pp == 1 ? 1
-                 : (in.schedule == "gpipe" ? in.micro_batches
-                                           : std::min<int64_t>(in.pp, in.micro_batches));
   // Note [estimated ZeRO buffers]: a gather in flight holds its output and, on
   // Gloo, a staging buffer of the same size (2 units); a finished one only the
   // gathered unit. Stage 3 keeps the root gathered through forward and backward,
@@ -274,74 +261,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const double staging = in.nccl ? 1.0 : 2.0;
   const double prefetch = in.zero_prefetch ? staging : 0.0;
   const double pipe_comm = in.pp > 1 ? 2 * am.blocks.front().in : 0.0;  // send + receive
-  const int64_t micro_steps =
-      std::min<int64_t>(in.micro_batches, 2);  // later ones repeat the second
-  for (int64_t m = 0; m < micro_steps; ++m) {
-    const std::string mb = c10::str("micro[", m, "]");
-    // Activations of micro-batches still in flight on this pipeline stage.
-    const double in_flight_before =
-        static_cast<double>(e.micro_batches_in_flight - 1) * e.activations_per_micro_batch;
-    r.level[kActs] = in_flight_before + am.batch;
-    r.level[kComm] = pipe_comm;
-    r.mark(mb + ".forward.begin");
-    if (stage3) r.level[kComm] = pipe_comm + zu.root + zu.block * (1 + prefetch);
-    r.level[kActs] += am.embed;
-    for (const Segment& s : segments) {
-      if (!s.recompute) {
-        for (int64_t i = s.begin; i < s.end; ++i) {
-          r.level[kActs] += am.blocks[static_cast<size_t>(i)].saved;
-          r.mark(c10::str("block[", i, "].forward.end"));
-        }
-      } else {
-        r.level[kActs] += am.blocks[static_cast<size_t>(s.end - 1)].out;
-        r.mark(c10::str("block[", s.end - 1, "].forward.end"));
-      }
-    }
-    const double forward_end = r.level[kActs] - in_flight_before - am.batch;
-    e.activations_per_micro_batch = std::max(e.activations_per_micro_batch, forward_end);
-    // Stage 3: the blocks are freed; the last one's gather for backward starts.
-    if (stage3) r.level[kComm] = pipe_comm + zu.root + zu.block * staging;
-    r.level[kActs] += am.head;
-    r.mark(mb + ".loss");
-    r.mark("head.backward (peak)", am.head_backward);
-    r.level[kActs] +=
-        -am.head + am.tied_gradient + (am.block_keeps_output ? am.blocks.back().out : 0.0);
-    if (reduces_in_backward) r.level[kActs] += zu.root_grads;  // wait for the root's reduction
-    double in_flight_reduction = 0;
-    for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
-      const Segment& s = *it;
-      if (s.recompute) {
-        // The re-run keeps everything again, the segment's input until its end.
-        for (int64_t i = s.begin; i < s.end; ++i)
-          r.level[kActs] += am.blocks[static_cast<size_t>(i)].saved;
-        r.mark(c10::str("block[", s.end - 1, "].recompute"));
-      }
-      for (int64_t i = s.end - 1; i >= s.begin; --i) {
-        const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
-        double extra_acts = b.backward_extra;
-        double comm = pipe_comm + in_flight_reduction;
-        if (stage3) comm += zu.root + zu.block * (1 + prefetch);
-        if (reduces_in_backward) {
-          // The weight gradient a kernel makes is the .grad itself here.
-          extra_acts += b.weights - b.weight_grad;
-          comm += b.weights;  // the reduction buffer, while the previous one is in flight
-        }
-        r.level[kComm] = comm;
-        r.mark(c10::str("block[", i, "].backward (peak)"), extra_acts);
-        if (reduces_in_backward) in_flight_reduction = b.weights;
-        r.level[kActs] -= b.saved;
-        r.level[kActs] += b.in - b.out;
-      }
-      if (s.recompute && s.begin > 0)
-        r.level[kActs] -= am.blocks[static_cast<size_t>(s.begin - 1)].out;
-    }
-    r.level[kActs] = in_flight_before + am.batch;
-    r.level[kComm] = pipe_comm;
-    r.mark(mb + ".backward.end");
-  }
-  r.level[kActs] = 0;
-  r.level[kComm] = 0;
-
+  // Stage 3: block i gathered and block `next` prefetched (in flight).
+  auto gathered = [&](int64_t i, int64_t next) {
+    const auto n = static_cast<int64_t>(am.blocks.size());
+    double g = am.blocks[static_cast<size_t>(i)].weights;
+    if (next >= 0 && next < n) g += prefetch * am.blocks[static_cast<size_t>(next)].weights;
+    return g;
+  };
   // Note [estimated optimizer transients]: AdamW's update of one tensor makes two
   // temporaries of its size in fp32 (three when it widens a half gradient for an
   // fp32 master); the gradient norm squares 64K-element chunks in fp64. Under
@@ -354,16 +280,119 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
         largest, zu.largest_group / static_cast<double>(p_bytes) / static_cast<double>(in.dp));
   const double update_tmp = (half && in.master_weights ? 3.0 : 2.0) * 4.0 * largest;
   const double norm_tmp = 65536.0 * 8;
-  r.mark("optimizer.begin");
-  r.mark("optimizer.step (peak)", 0, 0, std::max(update_tmp, norm_tmp));
-  if (in.zero >= 1 && in.zero <= 2 && in.dp > 1) {
-    const double shard = zu.largest_group / static_cast<double>(in.dp);
-    r.mark("zero.all_gather (peak)", 0, 2 * (shard + (in.nccl ? 0.0 : zu.largest_group)));
-  }
-  r.mark("optimizer.end");
-  r.mark("step.end");
 
-  e.timeline = std::move(r.points);
+  // One pipeline stage's step (without a pipeline, the one stage is first and
+  // last): `in_flight` micro-batches' activations are held at once.
+  auto replay = [&](bool first, bool last, int64_t in_flight, double& per_micro) {
+    StepReplay r;
+    r.level[kParams] = e.states.parameters;
+    r.level[kGrads] = e.states.gradients;
+    r.level[kOpt] = e.states.optimizer + (in.host_is_device ? e.host_bytes : 0);
+    r.level[kOtherCat] = in.data_bytes;
+    r.mark("step.begin");
+    const int64_t micro_steps = std::min<int64_t>(in.micro_batches, 2);  // later ones repeat
+    for (int64_t m = 0; m < micro_steps; ++m) {
+      const std::string mb = c10::str("micro[", m, "]");
+      const double in_flight_before = static_cast<double>(in_flight - 1) * per_micro;
+      r.level[kActs] = in_flight_before + am.batch;
+      r.level[kComm] = pipe_comm;
+      r.mark(mb + ".forward.begin");
+      if (first) r.level[kActs] += am.embed;
+      for (const Segment& s : segments) {
+        for (int64_t i = s.begin; i < s.end; ++i) {
+          const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
+          if (stage3) r.level[kComm] = pipe_comm + zu.root + gathered(i, i + 1);
+          r.level[kActs] += s.recompute ? (i + 1 == s.end ? b.out : 0.0) : b.saved;
+          if (!s.recompute || i + 1 == s.end) r.mark(c10::str("block[", i, "].forward.end"));
+        }
+      }
+      per_micro = std::max(per_micro, r.level[kActs] - in_flight_before - am.batch);
+      // Stage 3: the blocks are freed; the last one's gather for backward starts.
+      if (stage3) r.level[kComm] = pipe_comm + zu.root + staging * am.blocks.back().weights;
+      if (last) {
+        r.level[kActs] += am.head;
+        r.mark(mb + ".loss");
+        r.mark("head.backward (peak)", am.head_backward);
+        r.level[kActs] += -am.head + (am.block_keeps_output ? am.blocks.back().out : 0.0);
+      }
+      if (first && last) r.level[kActs] += am.tied_gradient;
+      if (reduces_in_backward) r.level[kActs] += zu.root_grads;  // wait for the root's reduction
+      double in_flight_reduction = 0;
+      for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
+        const Segment& s = *it;
+        if (s.recompute) {
+          // The re-run keeps everything again, the segment's input until its end.
+          for (int64_t i = s.begin; i < s.end; ++i)
+            r.level[kActs] += am.blocks[static_cast<size_t>(i)].saved;
+          r.mark(c10::str("block[", s.end - 1, "].recompute"));
+        }
+        for (int64_t i = s.end - 1; i >= s.begin; --i) {
+          const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
+          double extra_acts = b.backward_extra;
+          double comm = pipe_comm + in_flight_reduction;
+          if (stage3) comm += zu.root + gathered(i, i - 1);
+          if (reduces_in_backward) {
+            // The weight gradient a kernel makes is the .grad itself here.
+            extra_acts += b.weights - b.weight_grad;
+            comm += b.weights;  // the reduction buffer, while the previous one is in flight
+          }
+          r.level[kComm] = comm;
+          r.mark(c10::str("block[", i, "].backward (peak)"), extra_acts);
+          if (reduces_in_backward) in_flight_reduction = b.weights;
+          r.level[kActs] -= b.saved;
+          r.level[kActs] += b.in - b.out;
+        }
+        if (s.recompute && s.begin > 0)
+          r.level[kActs] -= am.blocks[static_cast<size_t>(s.begin - 1)].out;
+      }
+      r.level[kActs] = in_flight_before + am.batch;
+      r.level[kComm] = pipe_comm;
+      r.mark(mb + ".backward.end");
+    }
+    r.level[kActs] = 0;
+    r.level[kComm] = 0;
+    r.mark("optimizer.begin");
+    r.mark("optimizer.step (peak)", 0, 0, std::max(update_tmp, norm_tmp));
+    if (in.zero >= 1 && in.zero <= 2 && in.dp > 1) {
+      const double shard = zu.largest_group / static_cast<double>(in.dp);
+      r.mark("zero.all_gather (peak)", 0, 2 * (shard + (in.nccl ? 0.0 : zu.largest_group)));
+    }
+    r.mark("optimizer.end");
+    r.mark("step.end");
+    return r.points;
+  };
+
+  // Pipeline: stage 0 keeps the activations of every micro-batch it has run
+  // forward and not yet backward, all of them under GPipe and at most pp under
+  // 1F1B (and its interleaved and zero-bubble variants); the last stage runs a
+  // micro-batch's backward right after its forward (1F1B) but holds the head.
+  // The estimate is for whichever of the two peaks higher.
+  double per_micro = 0;
+  e.micro_batches_in_flight =
+      in.pp == 1 ? 1
+                 : (in.schedule == "gpipe" ? in.micro_batches
+                                           : std::min<int64_t>(in.pp, in.micro_batches));
+  e.timeline = replay(true, in.pp == 1, e.micro_batches_in_flight, per_micro);
+  e.activations_per_micro_batch = per_micro;
+  if (in.pp > 1) {
+    auto top = [](const std::vector<EstimatePoint>& t) {
+      double m = 0;
+      for (const auto& p : t) m = std::max(m, p.total());
+      return m;
+    };
+    double last_micro = 0;
+    const int64_t last_in_flight = in.schedule == "gpipe" ? in.micro_batches : 1;
+    auto last = replay(false, true, last_in_flight, last_micro);
+    const bool last_higher = top(last) > top(e.timeline);
+    if (last_higher) {
+      e.timeline = std::move(last);
+      e.activations_per_micro_batch = last_micro;
+      e.micro_batches_in_flight = last_in_flight;
+    }
+    for (auto& p : e.timeline)
+      p.phase = c10::str("stage ", last_higher ? in.pp - 1 : 0, ": ", p.phase);
+  }
+
   for (const auto& p : e.timeline) {
     if (p.total() > e.peak.total()) e.peak = p;
     for (size_t c = 0; c < kNumCategories; ++c)
@@ -374,8 +403,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   if (in.tp > 1 || in.pp > 1)
     e.notes.push_back(
         "tensor and pipeline parallel terms are formulas not yet checked against runs");
-  if (half && !in.master_weights)
-    e.notes.push_back("autocast with fp32 parameters: activations estimated at 2 bytes");
+  if (half && !in.master_weights && spec.family == Family::kResNet)
+    e.notes.push_back(
+        "ResNet under autocast (master_weights=false): feature maps estimated at 2 bytes, not "
+        "checked against runs");
   return e;
 }
 
