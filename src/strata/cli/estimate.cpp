@@ -4,10 +4,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 
 #include "strata/core/errors.h"
 #include "strata/report/run_record.h"
+#include "strata/train/metrics.h"
 
 namespace strata {
 
@@ -63,13 +63,6 @@ std::string mib(double b) {
   return c10::str(std::llround(b / kMiB * 10) / 10.0);
 }
 
-nlohmann::json category_json(const std::array<double, kNumCategories>& b) {
-  nlohmann::json j;
-  for (size_t c = 0; c < kNumCategories; ++c)
-    j[category_name(static_cast<Category>(c))] = std::llround(b[c]);
-  return j;
-}
-
 std::string describe(const PlannedEstimate& pe) {
   const auto& in = pe.input;
   const auto& e = pe.estimate;
@@ -100,9 +93,10 @@ void print_estimate(const PlannedEstimate& pe) {
               e.peak.phase.c_str());
   if (is_language_model(pe.input.spec.family)) {
     const LayerActivationCheck k = compare_with_korthikanti(pe.input.spec, pe.input.micro_batch);
-    std::printf("one layer at 2 bytes: Strata keeps %s MiB, Korthikanti et al.'s sbh(34 + 5as/h) "
-                "gives %s MiB. %s\n",
-                mib(k.strata).c_str(), mib(k.korthikanti).c_str(), k.explanation.c_str());
+    std::printf(
+        "one layer at 2 bytes: Strata keeps %s MiB, Korthikanti et al.'s sbh(34 + 5as/h) "
+        "gives %s MiB. %s\n",
+        mib(k.strata).c_str(), mib(k.korthikanti).c_str(), k.explanation.c_str());
   }
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
@@ -166,16 +160,7 @@ int run_estimate(const EstimateArgs& a) {
     cfg = run.config;
     measured = run.peak_step();
   }
-  if (!a.config_path.empty()) {
-    STRATA_CHECK(std::filesystem::exists(a.config_path), "config file ", a.config_path,
-                 " does not exist; give a TOML file with --config");
-    load_config_file(cfg, a.config_path);
-  }
-  for (const auto& o : a.overrides) {
-    STRATA_CHECK(o.rfind("--", 0) == 0 && o.find('.') != std::string::npos, "unknown argument '", o,
-                 "'; config overrides look like --section.key=value (see strata estimate --help)");
-    apply_override(cfg, o.substr(2));
-  }
+  apply_config_args(cfg, a.config_path, a.overrides, "estimate");
   const PlannedEstimate pe = plan_and_estimate(cfg, a.nproc);
   nlohmann::json out = estimate_json(pe);
   std::optional<FitVerdict> verdict;

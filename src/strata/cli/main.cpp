@@ -45,16 +45,7 @@ int run_train(const std::string& config_path, int64_t nproc, const std::vector<s
     return launch(lo);
   }
   Config cfg;
-  if (!config_path.empty()) {
-    STRATA_CHECK(std::filesystem::exists(config_path), "config file ", config_path,
-                 " does not exist; give a TOML file with --config");
-    load_config_file(cfg, config_path);
-  }
-  for (const auto& e : extras) {
-    STRATA_CHECK(e.rfind("--", 0) == 0 && e.find('.') != std::string::npos, "unknown argument '", e,
-                 "'; config overrides look like --section.key=value (see strata train --help)");
-    apply_override(cfg, e.substr(2));
-  }
+  apply_config_args(cfg, config_path, extras, "train");
   WorldInfo info = world_from_env();
   Trainer trainer(cfg, info);
   TrainSummary s = trainer.run();

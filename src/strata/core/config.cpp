@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -275,6 +276,21 @@ void check_one_of(const std::string& name, const std::string& v,
               " (choose from ", all, ")");
 }
 }  // namespace
+
+void apply_config_args(Config& c, const std::string& path,
+                       const std::vector<std::string>& overrides, const std::string& command) {
+  if (!path.empty()) {
+    STRATA_CHECK(std::filesystem::exists(path), "config file ", path,
+                 " does not exist; give a TOML file with --config");
+    load_config_file(c, path);
+  }
+  for (const auto& o : overrides) {
+    STRATA_CHECK(o.rfind("--", 0) == 0 && o.find('.') != std::string::npos, "unknown argument '", o,
+                 "'; config overrides look like --section.key=value (see strata ", command,
+                 " --help)");
+    apply_override(c, o.substr(2));
+  }
+}
 
 void validate_config(const Config& c) {
   const auto& t = c.training;

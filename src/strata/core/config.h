@@ -129,6 +129,10 @@ std::vector<Field> config_fields(Config& c);
 void load_config_file(Config& c, const std::string& path);
 // Applies one "section.key=value" override (the leading "--" already removed).
 void apply_override(Config& c, const std::string& assignment);
+// A command's config arguments: the TOML file (if any), then each "--section.key=value"
+// in order; `command` names the subcommand in the hint for a malformed argument.
+void apply_config_args(Config& c, const std::string& path,
+                       const std::vector<std::string>& overrides, const std::string& command);
 // Checks values that make sense on their own (ranges, names); layout checks need the world size.
 void validate_config(const Config& c);
 // "section.key = value" lines for the start-up table, and the config as TOML text.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <map>
 #include <sstream>
 
@@ -54,6 +53,16 @@ pre { background: #f6f6f6; padding: 10px; overflow-x: auto; font-size: 12px; }
 .warn { color: #a33; }
 )";
 
+// One empty series per category, named and coloured, for a stacked-area chart.
+std::vector<Series> category_layers() {
+  std::vector<Series> layers(kNumCategories);
+  for (size_t c = 0; c < kNumCategories; ++c) {
+    layers[c].name = category_name(static_cast<Category>(c));
+    layers[c].color = kColors[c];
+  }
+  return layers;
+}
+
 std::string card(const std::string& value, const std::string& what) {
   return "<div class=\"card\"><b>" + html_escape(value) + "</b><span>" + html_escape(what) +
          "</span></div>";
@@ -77,11 +86,7 @@ std::string memory_section(const RunRecord& run, const std::optional<PlannedEsti
   } else {
     // Steps one after another on one time axis.
     std::vector<double> xs;
-    std::vector<Series> layers(kNumCategories);
-    for (size_t c = 0; c < kNumCategories; ++c) {
-      layers[c].name = category_name(static_cast<Category>(c));
-      layers[c].color = kColors[c];
-    }
+    std::vector<Series> layers = category_layers();
     ChartSpec spec;
     spec.title = "Measured: tracked bytes by category at each phase boundary (rank 0)";
     spec.x_label =
@@ -126,11 +131,7 @@ std::string memory_section(const RunRecord& run, const std::optional<PlannedEsti
     spec.title = "Predicted: one step phase by phase (strata estimate)";
     spec.x_label = "phase (hover a line for its name)";
     spec.y_label = "MiB";
-    std::vector<Series> layers(kNumCategories);
-    for (size_t c = 0; c < kNumCategories; ++c) {
-      layers[c].name = category_name(static_cast<Category>(c));
-      layers[c].color = kColors[c];
-    }
+    std::vector<Series> layers = category_layers();
     for (size_t i = 0; i < e.timeline.size(); ++i) {
       const auto& p = e.timeline[i];
       for (size_t c = 0; c < kNumCategories; ++c) {

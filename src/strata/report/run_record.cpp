@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "strata/core/errors.h"
+#include "strata/train/metrics.h"
 
 namespace strata {
 
@@ -14,15 +15,6 @@ int64_t TimelinePoint::total() const {
   int64_t t = 0;
   for (int64_t b : bytes) t += b;
   return t;
-}
-
-CategoryBytes category_bytes(const nlohmann::json& j) {
-  CategoryBytes b{};
-  for (size_t c = 0; c < kNumCategories; ++c) {
-    const char* name = category_name(static_cast<Category>(c));
-    if (j.contains(name)) b[c] = j[name].get<int64_t>();
-  }
-  return b;
 }
 
 const nlohmann::json& RunRecord::peak_step() const {

@@ -34,6 +34,4 @@ struct RunRecord {
 // no metrics.jsonl with at least one step).
 RunRecord read_run(const std::string& dir);
 
-CategoryBytes category_bytes(const nlohmann::json& j);
-
 }  // namespace strata

@@ -8,6 +8,15 @@
 
 namespace strata {
 
+CategoryBytes category_bytes(const nlohmann::json& j) {
+  CategoryBytes b{};
+  for (size_t c = 0; c < kNumCategories; ++c) {
+    const char* name = category_name(static_cast<Category>(c));
+    if (j.contains(name)) b[c] = j[name].get<int64_t>();
+  }
+  return b;
+}
+
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   STRATA_CHECK(f_, "cannot write metrics to ", path, "; choose a writable logging.run_dir");

@@ -1,9 +1,28 @@
 #pragma once
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
+
+#include "strata/memory/category.h"
 
 namespace strata {
+
+// A per-category array (bytes, exact or estimated) as {category name: bytes}, the
+// form metrics.jsonl, the memory timeline and `strata estimate --json` use; and back.
+template <class Bytes>
+nlohmann::json category_json(const std::array<Bytes, kNumCategories>& b) {
+  nlohmann::json j;
+  for (size_t c = 0; c < kNumCategories; ++c) {
+    if constexpr (std::is_integral_v<Bytes>)
+      j[category_name(static_cast<Category>(c))] = static_cast<int64_t>(b[c]);
+    else
+      j[category_name(static_cast<Category>(c))] = static_cast<int64_t>(std::llround(b[c]));
+  }
+  return j;
+}
+CategoryBytes category_bytes(const nlohmann::json& j);
 
 // One JSON object per line, flushed each step so a crashed run keeps its history.
 class MetricsLog {

@@ -51,11 +51,6 @@ std::vector<int64_t> inject_inf_steps(int64_t rank) {
   return steps;
 }
 
-nlohmann::json category_json(const CategoryBytes& b) {
-  nlohmann::json j;
-  for (size_t c = 0; c < kNumCategories; ++c) j[category_name(static_cast<Category>(c))] = b[c];
-  return j;
-}
 }  // namespace
 
 Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info_(info) {
