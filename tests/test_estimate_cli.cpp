@@ -84,8 +84,8 @@ struct MatrixRow {
   int ranks = 1;
   std::string flags;
 };
-std::vector<MatrixRow> read_matrix() {
-  std::ifstream in(source_dir() + "/bench/estimate/matrix.txt");
+std::vector<MatrixRow> read_matrix(const std::string& file) {
+  std::ifstream in(source_dir() + "/bench/estimate/" + file);
   std::vector<MatrixRow> rows;
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
@@ -102,12 +102,13 @@ std::vector<MatrixRow> read_matrix() {
 }
 }  // namespace
 
-TEST(EstimateMatrix, PredictedPeakWithinBoundsOfMeasured) {
-  // Real runs, 3 steps each; rank 0's highest tracked peak against the estimate
-  // of the run's own config.toml. Bounds from the issue: median |error| <= 3%,
-  // max <= 8%, and never FITS when the measured peak exceeds the limit.
-  const auto rows = read_matrix();
-  ASSERT_GE(rows.size(), 12u);
+// Real runs, 3 steps each (the first step differs: DDP rebuilds its buckets, the
+// optimizer state is made); rank 0's highest tracked peak against the estimate of
+// the run's own config.toml. Bounds from the issue: median |error| <= 3%, max <=
+// 8%, and never FITS when the measured peak exceeds the limit.
+static void check_matrix(const std::string& file, size_t min_rows) {
+  const auto rows = read_matrix(file);
+  ASSERT_GE(rows.size(), min_rows);
   std::vector<double> errors;
   std::ostringstream table;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -142,4 +143,15 @@ TEST(EstimateMatrix, PredictedPeakWithinBoundsOfMeasured) {
               errors.size(), median * 100, sorted.back() * 100);
   EXPECT_LE(median, 0.03) << table.str();
   EXPECT_LE(sorted.back(), 0.08) << table.str();
+}
+
+TEST(EstimateMatrix, PredictedPeakWithinBoundsOfMeasured) {
+  check_matrix("matrix.txt", 28);
+}
+
+TEST(EstimateMatrix, ModelStatesDominateWithinBounds) {
+  // Large vocabulary, micro-batch 1-2, short sequences: where parameter-count
+  // estimators are closest and first-step transients or a tied embedding's gradient
+  // paths decide whether a run fits.
+  check_matrix("matrix-states.txt", 8);
 }

@@ -83,7 +83,7 @@ int count_lines_with(const std::string& text, const std::string& needle) {
 
 void expect_one_error_line(const std::string& cmd, const std::string& message, double limit_s) {
   auto r = run(cmd, limit_s);
-  EXPECT_NE(r.status, 0) << cmd << "\n" << r.output;
+  EXPECT_EQ(r.status, 2) << cmd << "\n" << r.output;
   EXPECT_NE(r.output.find(message), std::string::npos) << cmd << "\n" << r.output;
   EXPECT_EQ(count_lines_with(r.output, "error: "), 1) << cmd << "\n" << r.output;
 }

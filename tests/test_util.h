@@ -26,8 +26,8 @@ std::vector<nlohmann::json> read_metrics(const std::string& metrics_path);
 std::vector<double> read_losses(const std::string& metrics_path);
 // Lines of text that contain needle.
 int count_lines_with(const std::string& text, const std::string& needle);
-// Runs cmd and expects bad-input handling: a non-zero exit and exactly one
-// "error: " line, which contains message.
+// Runs cmd and expects bad-input handling: exit status 2 (a user error) and exactly
+// one "error: " line, which contains message.
 void expect_one_error_line(const std::string& cmd, const std::string& message, double limit_s = 60);
 
 // Largest per-tensor ||a - b|| / ||b|| (L2) over the "model." tensors of two runs'

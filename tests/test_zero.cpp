@@ -191,7 +191,8 @@ TEST(ZeroTraining, StageThreeWithRecomputeAndMixedPrecision) {
   for (const char* mode : {"full", "sqrt", "selective"})
     expect_matches(ref, std::string("recompute-") + mode,
                    drop + "--parallel.zero=3 --memory.recompute=" + mode, 1e-5, 10);
-  const std::string bf = c + "--memory.precision=bf16 ";
+  // Context 64: half-precision GEMMs are slow on CPUs without bf16 instructions.
+  const std::string bf = c + "--memory.precision=bf16 --model.seq_len=64 ";
   const std::string ref_bf = reference("bf16", bf);
   for (int stage : {2, 3})
     expect_matches(ref_bf, "bf16-s" + std::to_string(stage),
@@ -207,7 +208,8 @@ TEST(ZeroTraining, Fp16OverflowSkipsOnEveryRankAndCheckpointsResumeAcrossStages)
     auto r = run("env STRATA_INJECT_INF=1:3 " +
                      train_command(dir,
                                    "--nproc 2 --training.steps=5 --training.batch_size=8 "
-                                   "--memory.precision=fp16 --parallel.zero=3"),
+                                   "--model.seq_len=64 --memory.precision=fp16 "
+                                   "--parallel.zero=3"),
                  300);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(count_lines_with(r.output,
@@ -326,7 +328,11 @@ TEST(ZeroMemory, ModelStatesMatchTheZeroFormulas) {
                                           std::to_string(stage)),
                    300);
       ASSERT_EQ(r.status, 0) << r.output;
-      peak[layers] = read_metrics(dir + "/metrics.jsonl").back()["mem_peak"]["comm_buffers"];
+      // The highest step: whether the previous reduction has completed when the next
+      // one launches depends on Gloo's timing, so one step's peak may be one block's
+      // buffer lower than another's.
+      for (const auto& rec : read_metrics(dir + "/metrics.jsonl"))
+        peak[layers] = std::max(peak[layers], rec["mem_peak"]["comm_buffers"].get<double>());
     }
     std::printf("stage %d comm peak: %.1f MiB at 6 layers, %.1f MiB at 10\n", stage,
                 peak[6] / 1048576, peak[10] / 1048576);

@@ -55,7 +55,7 @@ class Gpt(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def forward(self, idx, targets):
-        pos = torch.arange(idx.size(1))
+        pos = torch.arange(idx.size(1), device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for b in self.blocks:
             x = b(x)

@@ -28,11 +28,14 @@ def read_matrix(path):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--strata", default=os.path.join(ROOT, "build", "strata"))
-    p.add_argument("--matrix", default=os.path.join(ROOT, "bench", "estimate", "matrix.txt"))
+    here = os.path.join(ROOT, "bench", "estimate")
+    p.add_argument("--matrix", action="append",
+                   help="matrix file(s); default matrix.txt and matrix-states.txt")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--only", default="", help="substring of the configurations to run")
     a = p.parse_args()
-    rows = [r for r in read_matrix(a.matrix) if a.only in r[0]]
+    files = a.matrix or [os.path.join(here, "matrix.txt"), os.path.join(here, "matrix-states.txt")]
+    rows = [r for f in files for r in read_matrix(f) if a.only in r[0]]
     errors, states_errors = [], []
     cats = ["parameters", "gradients", "optimizer", "activations", "comm_buffers", "other"]
     print(f"{'configuration':30s} {'pred MiB':>9s} {'meas MiB':>9s} {'error':>7s} {'states-only':>11s}  "

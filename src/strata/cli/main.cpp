@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -57,7 +58,49 @@ int run_train(const std::string& config_path, int64_t nproc, const std::vector<s
     std::printf("metrics: %s\n", s.metrics_path.c_str());
     if (!s.checkpoint_dir.empty()) std::printf("checkpoint: %s\n", s.checkpoint_dir.c_str());
   }
+  // A graceful stop (Note [graceful stop]) still says it was stopped, as a shell expects.
+  if (s.stop_signal) return 128 + s.stop_signal;
   return 0;
+}
+
+// Note [parser errors]: CLI11's own messages carry its wording, its exit codes (105,
+// 106, 114 ...) and, for range checks, numbers like 1.797693e308. Every parse error is
+// rewritten here into Strata's convention: one "error:" line that names the problem and
+// the fix, exit status 2.
+std::string parse_error_line(const CLI::ParseError& e, const std::string& sub) {
+  const std::string what = e.what();
+  const std::string help = sub.empty() ? "strata --help" : "strata " + sub + " --help";
+  const std::string name = e.get_name();
+  if (name == "ArgumentMismatch") {
+    // "--nproc: 1 required INT missing"
+    const std::string opt = what.substr(0, what.find(':'));
+    if (what.find("missing") != std::string::npos)
+      return opt + " needs a value, e.g. " + opt + " 2; see '" + help + "'";
+    return opt + " got the wrong number of values; see '" + help + "'";
+  }
+  if (name == "ConversionError") {
+    // "Could not convert: --nproc = abc"
+    const auto colon = what.find(": ");
+    std::string rest = colon == std::string::npos ? what : what.substr(colon + 2);
+    const auto eq = rest.find(" = ");
+    if (eq != std::string::npos)
+      return rest.substr(0, eq) + "=" + rest.substr(eq + 3) +
+             " is not a number; give a whole number, e.g. " + rest.substr(0, eq) + " 2";
+    return rest + " is not a number; see '" + help + "'";
+  }
+  if (name == "RequiredError") {
+    if (what.rfind("run_dir", 0) == 0)
+      return "strata report needs RUN_DIR, a run's logging.run_dir";
+    return what + "; see '" + help + "'";
+  }
+  if (name == "ExtrasError" || what.find("not expected:") != std::string::npos)
+    return "unexpected argument(s): " + what.substr(what.find(':') + 1) + "; see '" + help + "'";
+  return what + "; see '" + help + "'";
+}
+
+int user_error(const std::string& line) {
+  std::fprintf(stderr, "error: %s\n", line.c_str());
+  return 2;
 }
 
 }  // namespace
@@ -71,8 +114,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   int64_t nproc = 1;
   train->add_option("-c,--config", config_path, "TOML config file");
-  train->add_option("--nproc", nproc, "local processes (shorthand for strata launch)")
-      ->check(CLI::PositiveNumber);
+  train->add_option("--nproc", nproc, "local processes (shorthand for strata launch)");
   train->allow_extras();
 
   auto* launch_cmd = app.add_subcommand(
@@ -90,8 +132,7 @@ int main(int argc, char** argv) {
       "per-rank memory of a training config without running it (overrides: --section.key=value)");
   strata::EstimateArgs ea;
   estimate->add_option("-c,--config", ea.config_path, "TOML config file");
-  estimate->add_option("--nproc", ea.nproc, "world size (default: dp x tp x pp)")
-      ->check(CLI::PositiveNumber);
+  estimate->add_option("--nproc", ea.nproc, "world size (default: dp x tp x pp)");
   estimate->add_option("--device-memory", ea.device_memory,
                        "memory per device, e.g. 80GiB: say FITS or DOES NOT FIT (exit 1)");
   estimate->add_option("--compare", ea.compare_dir,
@@ -110,11 +151,46 @@ int main(int argc, char** argv) {
   });
 
   std::vector<std::string> raw_args(argv + 1, argv + argc);
+  std::vector<std::string> commands;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    commands.push_back(sub->get_name());
+  std::string all;
+  for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
+  if (raw_args.empty()) return user_error("no command given; choose one of " + all);
+  const std::string& first = raw_args.front();
+  const bool known = std::find(commands.begin(), commands.end(), first) != commands.end();
+  const bool help = first == "-h" || first == "--help";
+  if (!known && !help && first.rfind('-', 0) == 0)
+    return user_error("'" + first +
+                      "' comes before a command; write strata COMMAND [options] (commands: " + all +
+                      ")");
+  if (!known && !help) {
+    const std::string hint = strata::closest_name(first, commands);
+    return user_error("'" + first + "' is not a strata command" +
+                      (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
+                      " (commands: " + all + ")");
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return user_error(parse_error_line(e, known ? first : ""));
   }
+  // Counts the parser takes as integers, checked here so the message names the fix.
+  for (const auto& [flag, v] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"--nproc", train->parsed()              ? nproc
+                       : estimate->count("--nproc") ? ea.nproc
+                                                    : 1},
+           {"--nproc-per-node", launch_cmd->parsed() ? lo.nproc_per_node : 1},
+           {"--nnodes", launch_cmd->parsed() ? lo.nnodes : 1}}) {
+    if (v < 1)
+      return user_error(
+          c10::str(flag, "=", v, " must be at least 1 (processes), e.g. ", flag, " 2"));
+  }
+  if (launch_cmd->parsed() && (lo.node_rank < 0 || lo.node_rank >= lo.nnodes))
+    return user_error(c10::str("--node-rank=", lo.node_rank, " must be in [0, --nnodes=", lo.nnodes,
+                               "); number the nodes 0 to ", lo.nnodes - 1));
   try {
     if (train->parsed()) {
       std::vector<std::string> targs(raw_args.begin() + 1, raw_args.end());

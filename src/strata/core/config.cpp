@@ -308,6 +308,19 @@ void validate_config(const Config& c) {
                "training.beta1 and beta2 must be in [0, 1)");
   STRATA_CHECK(t.grad_clip >= 0, "training.grad_clip must be >= 0 (0 turns clipping off)");
   STRATA_CHECK(t.threads >= 0, "training.threads must be >= 0 (0 picks cores / local ranks)");
+  // Shape keys: 0 means "the flavour's (or the data's) value"; a negative value is a
+  // mistake, never a request for the default.
+  const auto& m = c.model;
+  for (const auto& [key, v] :
+       std::initializer_list<std::pair<const char*, int64_t>>{{"vocab_size", m.vocab_size},
+                                                              {"seq_len", m.seq_len},
+                                                              {"n_layer", m.n_layer},
+                                                              {"n_head", m.n_head},
+                                                              {"d_model", m.d_model},
+                                                              {"num_classes", m.num_classes},
+                                                              {"hidden", m.hidden}})
+    STRATA_CHECK(v >= 0, "model.", key, "=", v,
+                 " is negative; give a positive value, or 0 for the flavour's default");
   STRATA_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, "model.dropout=", c.model.dropout,
                " must be in [0, 1)");
   STRATA_CHECK(c.data.eval_fraction >= 0 && c.data.eval_fraction < 0.5,
@@ -364,6 +377,11 @@ void validate_config(const Config& c) {
   STRATA_CHECK(c.checkpoint.interval >= 0 && c.checkpoint.keep >= 1,
                "checkpoint.interval must be >= 0 and checkpoint.keep >= 1");
   STRATA_CHECK(c.logging.log_interval > 0, "logging.log_interval must be positive");
+  STRATA_CHECK(t.eval_interval >= 0, "training.eval_interval=", t.eval_interval,
+               " must be >= 0 (0: no evaluation)");
+  STRATA_CHECK(t.eval_batches >= 0, "training.eval_batches=", t.eval_batches, " must be >= 0");
+  STRATA_CHECK(c.logging.peak_tflops >= 0, "logging.peak_tflops=", c.logging.peak_tflops,
+               " must be >= 0 (0: the CPU estimate)");
 }
 
 std::string config_table(Config& c) {

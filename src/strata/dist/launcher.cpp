@@ -172,12 +172,11 @@ int launch(const LaunchOptions& o) {
   std::optional<Clock::time_point> kill_at;
   int first_bad = -1;  // index of the first failing rank
   int forwarded_signal = 0;
-  auto stop_others = [&](int sig) {
+  auto stop_others = [&](int sig, double grace_s) {
     for (auto& c : children)
       if (!c.exited) kill(-c.pid, sig), kill(c.pid, sig);
-    if (!kill_at)
-      kill_at =
-          Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.stop_grace_s * 1000));
+    const auto at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+    if (!kill_at || at < *kill_at) kill_at = at;
   };
 
   size_t running = children.size();
@@ -191,7 +190,7 @@ int launch(const LaunchOptions& o) {
     if (pfds[0].revents & POLLIN) {
       unsigned char s;
       while (read(g_signal_pipe[0], &s, 1) == 1) forwarded_signal = s;
-      if (forwarded_signal) stop_others(forwarded_signal);
+      if (forwarded_signal) stop_others(forwarded_signal, o.signal_grace_s);
     }
     for (size_t p = 1; p < pfds.size(); ++p) {
       if (!(pfds[p].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -219,7 +218,7 @@ int launch(const LaunchOptions& o) {
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && first_bad < 0 && !forwarded_signal) {
           first_bad = static_cast<int>(i);
-          if (running > 0) stop_others(SIGTERM);
+          if (running > 0) stop_others(SIGTERM, o.stop_grace_s);
         }
       }
     }

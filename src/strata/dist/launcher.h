@@ -11,7 +11,10 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   std::string master_port = "29500";  // a number, or "auto" / "0" for a free port
   double stop_grace_s = 3.0;          // SIGTERM to SIGKILL when stopping the others
-  std::vector<std::string> command;   // program and arguments
+  // A signal forwarded from the user (SIGTERM, SIGINT, SIGHUP) asks for a graceful stop:
+  // ranks finish their step (and a checkpoint being written) first; SIGKILL after this.
+  double signal_grace_s = 60.0;
+  std::vector<std::string> command;  // program and arguments
 };
 
 // Starts nproc_per_node local ranks of `command` with torchrun's environment and

@@ -31,7 +31,7 @@ namespace {
 // plus one weight gradient (4 C^2) before AccumulateGrad adds it into .grad.
 struct TransformerShape {
   double N, C, H, B, T, V, a, p, t;
-  double r;       // bytes of the GPT residual stream: a, or 4 under autocast
+  double r;  // bytes of the GPT residual stream: a, or 4 under autocast
   bool sp;
   bool autocast;  // fp32 parameters, half compute: linears keep half copies of their weights
 };
@@ -92,9 +92,10 @@ ActivationModel transformer(const ModelSpec& spec, const ActivationOptions& o) {
   m.head = (bert ? 3 : 1) * nc + stats + s.N * s.V * 4 / s.t;
   if (o.autocast) m.head += (s.V * s.C + (bert ? s.C * s.C : 0.0)) * s.a / s.t;  // weight copies
   m.head_backward = 2 * s.N * s.V * 4 / s.t;
-  // The tied word embedding's gradient from the head is held by autograd until
-  // the embedding's own contribution arrives at the end of backward.
+  // The tied word embedding's gradient from the head, where it cannot be added into
+  // an existing .grad (the estimator decides; Note [tied head gradient]).
   if (spec.tied_embedding || bert) m.tied_gradient = s.V * s.C * s.p / s.t;
+  m.embed_backward = s.V * s.C * s.p / s.t;
   m.selective_saving = attention_core(s, spec.dropout);
   return m;
 }

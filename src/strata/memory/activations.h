@@ -30,7 +30,13 @@ struct ActivationModel {
   std::vector<BlockActivations> blocks;
   double head = 0;           // added between the last block and the loss
   double head_backward = 0;  // transient above the loss level in the head's backward
-  double tied_gradient = 0;  // tied embedding: the head's weight gradient waits for the embedding's
+  // Tied embedding without a .grad to add into (DDP after zero_grad, ZeRO-2/3): the
+  // head's part of the weight gradient becomes .grad and waits for the embedding's
+  // (Note [tied head gradient]).
+  double tied_gradient = 0;
+  // The token embedding's backward: its dense weight gradient (V x C), made before it
+  // is added into (or becomes) .grad.
+  double embed_backward = 0;
   bool block_keeps_output = false;  // the block's own last op saves its output (ReLU)
   // Selective recompute: bytes dropped per block (attention core internals).
   double selective_saving = 0;
@@ -42,7 +48,7 @@ struct ActivationOptions {
   int64_t param_bytes = 4;  // bytes of a parameter (and of its gradient)
   int64_t tp = 1;           // Megatron tensor parallel: the block's matmul activations / tp
   bool sequence_parallel = false;
-  bool autocast = false;    // fp32 parameters, half compute (memory.master_weights=false)
+  bool autocast = false;  // fp32 parameters, half compute (memory.master_weights=false)
 };
 
 // Pure: the per-micro-batch activation model of the spec's family.

@@ -165,6 +165,7 @@ struct ZeroUnits {
   double block = 0, root = 0;  // gathered bytes of the largest block unit and the root
   double root_grads = 0;       // the root's gradients other than a tied embedding's
   double largest_group = 0;    // largest flat group (padded), parameter dtype
+  double second_group = 0;     // the next largest: two all-gathers are in flight at once
 };
 
 // Elements of the model's largest parameter tensor.
@@ -245,6 +246,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
          (am.tied_gradient > 0 ? static_cast<double>(spec.vocab_size * spec.d_model) : 0)) /
         tp * static_cast<double>(p_bytes);
     zu.largest_group = std::max(zu.block, zu.root);
+    zu.second_group = zu.root >= zu.block ? (spec.n_layer > 0 ? zu.block : 0.0)
+                                          : (spec.n_layer > 1 ? zu.block : zu.root);
   }
   const bool stage3 = in.zero >= 3, reduces_in_backward = in.zero >= 2;
 
@@ -315,7 +318,11 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
         r.mark("head.backward (peak)", am.head_backward);
         r.level[kActs] += -am.head + (am.block_keeps_output ? am.blocks.back().out : 0.0);
       }
-      if (first && last) r.level[kActs] += am.tied_gradient;
+      // Without a persistent .grad (DDP clears it, ZeRO-2/3 hands it to a reduction)
+      // the head's part of a tied weight's gradient is held until the embedding's.
+      const bool grads_persist = in.zero == 1 || (in.zero == 0 && in.dp == 1);
+      const double tied_held = first && last && !grads_persist ? am.tied_gradient : 0.0;
+      r.level[kActs] += tied_held;
       if (reduces_in_backward) r.level[kActs] += zu.root_grads;  // wait for the root's reduction
       double in_flight_reduction = 0;
       for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
@@ -345,6 +352,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
         if (s.recompute && s.begin > 0)
           r.level[kActs] -= am.blocks[static_cast<size_t>(s.begin - 1)].out;
       }
+      if (first && am.embed_backward > 0) r.mark(mb + ".embed.backward (peak)", am.embed_backward);
+      if (first && reduces_in_backward) {
+        // The root is reduced last: its gradients are copied into a flat buffer while
+        // they are still autograd's (and, stage 3, the root is still gathered).
+        r.level[kComm] = pipe_comm + in_flight_reduction + zu.root + (stage3 ? zu.root : 0.0);
+        r.mark("zero.reduce root (peak)");
+      }
       r.level[kActs] = in_flight_before + am.batch;
       r.level[kComm] = pipe_comm;
       r.mark(mb + ".backward.end");
@@ -354,8 +368,12 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     r.mark("optimizer.begin");
     r.mark("optimizer.step (peak)", 0, 0, std::max(update_tmp, norm_tmp));
     if (in.zero >= 1 && in.zero <= 2 && in.dp > 1) {
-      const double shard = zu.largest_group / static_cast<double>(in.dp);
-      r.mark("zero.all_gather (peak)", 0, 2 * (shard + (in.nccl ? 0.0 : zu.largest_group)));
+      // The two largest groups in flight at once (the root beside a block, when the
+      // vocabulary makes the root the largest), each a shard clone plus Gloo's staging.
+      auto in_flight = [&](double group) {
+        return group / static_cast<double>(in.dp) + (in.nccl ? 0.0 : group);
+      };
+      r.mark("zero.all_gather (peak)", 0, in_flight(zu.largest_group) + in_flight(zu.second_group));
     }
     r.mark("optimizer.end");
     r.mark("step.end");

@@ -4,6 +4,7 @@
 #include <torch/nn/init.h>
 
 #include "strata/core/errors.h"
+#include "strata/models/tied_head.h"
 #include "strata/models/transformer.h"
 
 namespace strata {
@@ -49,7 +50,8 @@ at::Tensor Gpt::embed(const Batch& b) {
 
 at::Tensor Gpt::logits(const at::Tensor& x) {
   at::Tensor h = ln_f->forward(x);
-  return spec_.tied_embedding ? at::linear(h, wte->weight) : lm_head->forward(h);  // (B, T, V)
+  return spec_.tied_embedding ? tied_head_logits(h, wte->weight)  // Note [tied head gradient]
+                              : lm_head->forward(h);              // (B, T, V)
 }
 
 at::Tensor Gpt::head_loss(const at::Tensor& x, const Batch& b) {
@@ -96,7 +98,8 @@ at::Tensor Bert::embed(const Batch& b) {
 
 at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
   at::Tensor h = mlm_ln->forward(at::gelu(mlm_dense->forward(x)));
-  at::Tensor l = at::linear(h, word->weight, mlm_bias).to(at::kFloat);  // (B, T, V)
+  at::Tensor z = tied_head_logits(h, word->weight);  // (B, T, V)
+  at::Tensor l = (z + mlm_bias.to(z.scalar_type())).to(at::kFloat);
   return at::cross_entropy_loss(l.view({-1, l.size(-1)}), b.target.reshape({-1}), {},
                                 at::Reduction::Mean, -100);
 }

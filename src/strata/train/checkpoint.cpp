@@ -104,17 +104,46 @@ std::string resolve_checkpoint(const std::string& root, const std::string& spec)
   return root + "/" + name;
 }
 
+namespace {
+// Parses one of a checkpoint's JSON files; a damaged one is a user-facing error that
+// names the checkpoint and the file, never the JSON library's own wording alone.
+template <typename F>
+auto parse_checkpoint_json(const std::string& dir, const std::string& file, F&& use) {
+  const std::string path = dir + "/" + file;
+  try {
+    return use(nlohmann::json::parse(read_file(path)));
+  } catch (const nlohmann::json::exception& e) {
+    std::string why = e.what();
+    if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
+    STRATA_FAIL("checkpoint ", dir, " is corrupt: ", file, " cannot be read (", why,
+                "); resume from another checkpoint (checkpoint.resume=<step-N directory>)");
+  }
+}
+}  // namespace
+
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
-  meta_ = nlohmann::json::parse(read_file(dir + "/meta.json"));
+  STRATA_CHECK(fs::is_directory(dir), "checkpoint ", dir,
+               " does not exist; give a step-N directory or 'latest'");
+  meta_ = parse_checkpoint_json(dir, "meta.json", [](nlohmann::json j) {
+    (void)j.at("step").get<int64_t>();
+    return j;
+  });
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
     if (name.rfind("shard-", 0) != 0 || e.path().extension() != ".json") continue;
-    const int64_t shard = std::stoll(name.substr(6));
-    for (const auto& j : nlohmann::json::parse(read_file(e.path().string()))) {
-      entries_.emplace(j["name"].get<std::string>(),
-                       Entry{shard, j["dtype"], j["global_shape"], j["offsets"], j["shape"],
-                             j["byte_offset"], j["nbytes"], j["crc32"]});
-    }
+    const std::string digits = name.substr(6, name.size() - 6 - 5);
+    STRATA_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos,
+                 "checkpoint ", dir, " holds ", name,
+                 ", which is not a shard index (shard-<rank>.json); remove it");
+    const int64_t shard = std::stoll(digits);
+    parse_checkpoint_json(dir, name, [&](const nlohmann::json& index) {
+      for (const auto& j : index) {
+        entries_.emplace(j.at("name").get<std::string>(),
+                         Entry{shard, j.at("dtype"), j.at("global_shape"), j.at("offsets"),
+                               j.at("shape"), j.at("byte_offset"), j.at("nbytes"), j.at("crc32")});
+      }
+      return 0;
+    });
   }
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <signal.h>
 #include <torch/cuda.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/core/logging.h"
+#include "strata/core/stop_signal.h"
 #include "strata/memory/device_stats.h"
 #include "strata/memory/process_memory.h"
 #include "strata/memory/timeline.h"
@@ -160,7 +162,33 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
                                                   static_cast<uint64_t>(t.seed));
   ckpt_root_ =
       cfg_.checkpoint.dir.empty() ? cfg_.logging.run_dir + "/checkpoints" : cfg_.checkpoint.dir;
+  if (info.rank == 0) remove_unfinished_checkpoints();
   if (!cfg_.checkpoint.resume.empty()) resume();
+}
+
+void Trainer::remove_unfinished_checkpoints() {
+  // A run killed while writing (SIGKILL, power loss) leaves step-N.tmp; it was never
+  // renamed into place, so nothing refers to it.
+  std::error_code ec;
+  if (!fs::is_directory(ckpt_root_, ec)) return;
+  for (const auto& e : fs::directory_iterator(ckpt_root_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || e.path().extension() != ".tmp") continue;
+    fs::remove_all(e.path(), ec);
+    log_rank0("removed ", e.path().string(), ": an unfinished checkpoint of a run that stopped ",
+              "while writing it");
+  }
+}
+
+int Trainer::agreed_stop_signal() {
+  // Every rank must leave the loop at the same step, or the others wait in the next
+  // collective: the largest signal number seen on any rank wins.
+  const int local = stop_requested();
+  Comm& world = mesh_->comm(Axis::kWorld);
+  if (world.size() == 1) return local;
+  at::Tensor t = at::full({1}, local, at::kInt);
+  world.all_reduce(t, c10d::ReduceOp::MAX).wait();
+  return t.item<int>();
 }
 
 Trainer::~Trainer() {
@@ -443,6 +471,7 @@ void Trainer::write_timeline(int64_t step, const std::vector<TimelineSample>& sa
 }
 
 TrainSummary Trainer::run() {
+  install_stop_handlers();
   print_startup();
   const auto& t = cfg_.training;
   TrainSummary out;
@@ -547,9 +576,18 @@ TrainSummary Trainer::run() {
     progress.update(step + 1, loss, tokens_per_step / secs, lr, eta);
     const bool periodic =
         cfg_.checkpoint.interval > 0 && (step + 1) % cfg_.checkpoint.interval == 0;
-    if (periodic || (last && cfg_.checkpoint.save_final)) {
+    const int stop = last ? 0 : agreed_stop_signal();
+    const bool checkpointing = cfg_.checkpoint.interval > 0 || cfg_.checkpoint.save_final;
+    if (periodic || (last && cfg_.checkpoint.save_final) || (stop && checkpointing)) {
       save(step + 1);
       out.checkpoint_dir = ckpt_root_ + "/" + checkpoint_dir_name(step + 1);
+    }
+    if (stop) {
+      out.stop_signal = stop;
+      progress.message(c10::str("stopping after step ", step + 1, " on ",
+                                stop == SIGINT ? "SIGINT" : "SIGTERM",
+                                checkpointing ? " (checkpoint written)" : ""));
+      break;
     }
   }
   progress.finish();

@@ -27,6 +27,7 @@ struct TrainSummary {
   int64_t first_step = 0;      // the step the run started at (after a resume)
   std::optional<double> eval_loss;
   std::string metrics_path, checkpoint_dir;
+  int stop_signal = 0;  // SIGTERM/SIGINT that stopped the run early (Note [graceful stop])
 };
 
 // The training loop for one rank: set-up in the order of DESIGN.md (layout, mesh,
@@ -50,6 +51,9 @@ class Trainer {
   double evaluate();
   void save(int64_t step);
   void resume();
+  void remove_unfinished_checkpoints();
+  // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
+  int agreed_stop_signal();
   double average_over_dp(double v);
   // Gradient clipping and loss scaling after backward: returns the factor the
   // optimizer applies to the gradients, or nothing when the step is skipped.

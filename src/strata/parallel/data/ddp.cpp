@@ -209,6 +209,15 @@ void DistributedDataParallel::adopt_grad(size_t i) {
 void DistributedDataParallel::zero_grad() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  // Note [bucket rebuild]: the rebuild waits for the first zero_grad after the first
+  // synchronized backward. There no gradient is live, so the old buckets are freed
+  // before the new ones are allocated; rebuilt at the end of backward, both sets (two
+  // copies of every gradient) coexisted through the first optimizer step.
+  if (rebuild_pending_) {
+    rebuild_pending_ = false;
+    rebuild_from_ready_order();
+    reset_step();
+  }
 }
 
 void DistributedDataParallel::launch_ready_buckets() {
@@ -280,7 +289,7 @@ void DistributedDataParallel::finalize() {
   stats_.syncs += 1;
   if (!rebuilt_) {
     rebuilt_ = true;
-    if (opts_.rebuild_buckets) rebuild_from_ready_order();
+    rebuild_pending_ = opts_.rebuild_buckets;
   }
   reset_step();
 }
@@ -304,6 +313,7 @@ void DistributedDataParallel::rebuild_from_ready_order() {
   for (auto& b : buckets_) current.push_back(b.params);
   auto plan = plan_buckets(order);
   if (plan == current) return;
+  buckets_.clear();  // every .grad is undefined here: nothing to carry over
   build_buckets(plan);
   log_rank0("DDP: buckets rebuilt in the order gradients became ready (", buckets_.size(),
             " buckets)");

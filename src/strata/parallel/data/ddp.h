@@ -139,6 +139,7 @@ class DistributedDataParallel {
   int64_t next_launch_ = 0;
   std::vector<int64_t> ready_order_;
   bool rebuilt_ = false;
+  bool rebuild_pending_ = false;  // Note [bucket rebuild]
   std::chrono::steady_clock::time_point backward_end_;
   DdpStats stats_;
 };

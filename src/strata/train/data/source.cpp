@@ -27,6 +27,7 @@ DataSource open_data_source(const Config& cfg) {
     std::string corpus = d.source == "kjv" ? kjv_corpus_path(cache) : d.path;
     STRATA_CHECK(std::filesystem::is_regular_file(corpus), "data.path=", corpus,
                  " does not exist or is not a file; give a UTF-8 text file");
+    if (d.source == "text") check_text_corpus(corpus);
     Tokenizer tok = Tokenizer::for_corpus(corpus, d.tokenizer_vocab, cache);
     src.shape.vocab_size = tok.vocab_size();
     src.tokenizer_path = tok.model_path();

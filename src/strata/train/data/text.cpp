@@ -41,6 +41,58 @@ std::string kjv_corpus_path(const std::string& cache_dir) {
   return path;
 }
 
+int64_t first_invalid_utf8(std::string_view bytes) {
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto n = static_cast<int64_t>(bytes.size());
+  for (int64_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    if (c == 0) return i;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // Lead byte: the sequence length and the range its second byte must fall in
+    // (Unicode's table of well-formed sequences, which excludes overlong forms,
+    // surrogates and code points past U+10FFFF).
+    int len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    if (s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (int k = 2; k < len; ++k)
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return -1;
+}
+
+void check_text_corpus(const std::string& path) {
+  const std::string text = read_file(path);
+  STRATA_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, "data.path=", path,
+               text.empty() ? " is empty" : " holds only whitespace",
+               "; give a UTF-8 text file with the training corpus");
+  const int64_t bad = first_invalid_utf8(text);
+  if (bad < 0) return;
+  const auto byte = static_cast<unsigned char>(text[static_cast<size_t>(bad)]);
+  char what[32];
+  std::snprintf(what, sizeof(what), byte == 0 ? "a NUL byte" : "byte 0x%02X", byte);
+  STRATA_FAIL("data.path=", path, " is not UTF-8 text: ", what, " at offset ", bad,
+              " starts no valid character; convert it (iconv -f LATIN1 -t UTF-8 FILE) or give a "
+              "text file, not a binary one");
+}
+
 std::shared_ptr<const std::vector<int32_t>> load_token_stream(const std::string& corpus_path,
                                                               const std::string& tokenizer_path,
                                                               const std::string& cache_dir) {

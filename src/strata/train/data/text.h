@@ -1,5 +1,6 @@
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strata/core/config.h"
@@ -11,6 +12,15 @@ namespace strata {
 // The default corpus: the King James Bible from Debian's bible-kjv package, one verse a
 // line, written once into the cache. A missing package is a one-line error.
 std::string kjv_corpus_path(const std::string& cache_dir);
+
+// The byte offset of the first byte that is not part of well-formed UTF-8 (overlong
+// forms, surrogates and code points past U+10FFFF are ill-formed too), or of the
+// first NUL byte, which no text corpus holds; -1 when the whole string is text.
+int64_t first_invalid_utf8(std::string_view bytes);
+
+// Checks a user's corpus before any tokenizer sees it: it must hold text (not only
+// whitespace) and be UTF-8. Each failure is one error naming the file and the fix.
+void check_text_corpus(const std::string& path);
 
 // A token stream (the corpus encoded once and cached as int32) cut into
 // non-overlapping windows of seq_len + 1 tokens. GPT: input = window[:-1], target =
