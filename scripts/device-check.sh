@@ -13,6 +13,9 @@
 # the next one still runs.
 #   STRATA_DEVICE_ARCH   CUDA architecture (default 9.0, H100/H200)
 #   STRATA_DEVICE_JOBS   build jobs (default: nproc)
+#   STRATA_DEVICE_BUILD_TIMEOUT  seconds for configure + build (default 300; a 2-core
+#                        machine building without a GPU, as a dry run, needs ~1500)
+#   PYTHON               the Python whose torch to build against (default python3)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -35,11 +38,12 @@ log "torch $TORCH_VERSION at $TORCH_PREFIX"
 
 # 1. Build.
 t0=$(date +%s)
-if timeout 300 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+BUILD_LIMIT=${STRATA_DEVICE_BUILD_TIMEOUT:-300}
+if timeout "$BUILD_LIMIT" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
      -DSTRATA_CUDA=ON -DSTRATA_DEPS_PREFIX="$ROOT/.device/prefix" \
      -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTORCH_CUDA_ARCH_LIST="${STRATA_DEVICE_ARCH:-9.0}" \
      >"$OUT/configure.log" 2>&1 &&
-   timeout 300 cmake --build "$BUILD" -j"${STRATA_DEVICE_JOBS:-$(nproc)}" >"$OUT/build.log" 2>&1; then
+   timeout "$BUILD_LIMIT" cmake --build "$BUILD" -j"${STRATA_DEVICE_JOBS:-$(nproc)}" >"$OUT/build.log" 2>&1; then
   status[build]=ok
 else
   status[build]=failed

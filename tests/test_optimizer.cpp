@@ -58,3 +58,42 @@ TEST(GradClip, NormAndScale) {
   AdamW(ps, {}).step(/*lr=*/0.0, /*grad_scale=*/0.5);  // scales fp32 gradients in place
   EXPECT_DOUBLE_EQ(grad_norm_squared(ps), 6.25);
 }
+
+// Note [multi-tensor AdamW]: the chunked _foreach path (CUDA's default) computes what
+// the per-tensor loop computes, element for element: fp32, bf16 with fp32 masters,
+// decayed and undecayed tensors, a tensor without a gradient (its step stays behind,
+// so later chunks split by step count), loss-scale factor and a chunk split by size.
+TEST(AdamW, MultiTensorChunksEqualThePerTensorLoop) {
+  for (bool half : {false, true}) {
+    at::manual_seed(1);
+    const auto dtype = half ? at::kBFloat16 : at::kFloat;
+    const std::vector<std::vector<int64_t>> shapes = {
+        {64, 32}, {32}, {kForeachChunkElements / 4096 + 1, 4096}, {16, 16}, {7}};
+    std::vector<NamedParam> a, b;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      at::Tensor w = at::randn(shapes[k]).to(dtype);
+      a.push_back({"p" + std::to_string(k), w.clone().requires_grad_()});
+      b.push_back({"p" + std::to_string(k), w.clone().requires_grad_()});
+    }
+    AdamWOptions loop_opts, multi_opts;
+    loop_opts.foreach = 0;
+    multi_opts.foreach = 1;
+    AdamW loop(a, loop_opts, /*master_weights=*/half), multi(b, multi_opts, half);
+    for (int step = 0; step < 4; ++step) {
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        // The last tensor gets no gradient in step 1.
+        at::Tensor g =
+            step == 0 && k + 1 == shapes.size() ? at::Tensor() : at::randn(shapes[k]).to(dtype);
+        a[k].param.mutable_grad() = g.defined() ? g.clone() : g;
+        b[k].param.mutable_grad() = g.defined() ? g.clone() : g;
+      }
+      loop.step(1e-2, 0.5);
+      multi.step(1e-2, 0.5);
+    }
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      EXPECT_TRUE(at::equal(a[k].param, b[k].param)) << "half " << half << " tensor " << k;
+      EXPECT_TRUE(at::equal(loop.state()[k].exp_avg_sq, multi.state()[k].exp_avg_sq)) << k;
+      EXPECT_EQ(loop.state()[k].step, multi.state()[k].step) << k;
+    }
+  }
+}

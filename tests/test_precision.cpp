@@ -220,7 +220,16 @@ TEST(PrecisionTraining, HalfPrecisionLearnsLikeFp32) {
               recs["fp32"].back()["mem_peak"]["activations"].get<int64_t>())
         << p;
   }
-  EXPECT_EQ(recs["fp16"].back()["skipped_steps"].get<int64_t>(), 0);
+  // Dynamic loss scaling at PyTorch's initial 65536: at this shape a few steps near
+  // the peak learning rate overflow; each skip halves the scale and training goes on
+  // (the losses above). At most 5% of the steps may be skipped.
+  double prev_scale = 65536;
+  for (const auto& rec : recs["fp16"]) {
+    const double scale = rec["loss_scale"].get<double>();
+    if (rec["skipped"].get<bool>()) EXPECT_EQ(scale, prev_scale / 2) << rec.dump();
+    prev_scale = scale;
+  }
+  EXPECT_LE(recs["fp16"].back()["skipped_steps"].get<int64_t>(), 6);
 }
 
 TEST(PrecisionTraining, AutocastStyleKeepsFp32Parameters) {

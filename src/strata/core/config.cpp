@@ -73,6 +73,7 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel", "offload", &p.offload},
       {"parallel", "zero_prefetch", &p.zero_prefetch},
       {"memory", "track", &me.track},
+      {"memory", "reuse_host_memory", &me.reuse_host_memory},
       {"memory", "precision", &me.precision},
       {"memory", "master_weights", &me.master_weights},
       {"memory", "loss_scale_init", &me.loss_scale_init},

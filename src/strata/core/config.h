@@ -75,7 +75,8 @@ struct ParallelConfig {
 };
 
 struct MemoryConfig {
-  bool track = true;  // tracking allocator with per-category counters
+  bool track = true;              // tracking allocator with per-category counters
+  bool reuse_host_memory = true;  // Note [host memory reuse] (CPU training)
   // Mixed precision (memory/precision): fp32, bf16, fp16.
   std::string precision = "fp32";
   bool master_weights = true;  // half parameters + gradients, fp32 master copy in the optimizer;

@@ -7,6 +7,7 @@
 #include <c10/util/StringUtil.h>
 
 #include "strata/core/errors.h"
+#include "strata/memory/multi_tensor.h"
 
 namespace strata {
 
@@ -281,8 +282,20 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   if (in.zero >= 1)
     largest = std::min(
         largest, zu.largest_group / static_cast<double>(p_bytes) / static_cast<double>(in.dp));
-  const double update_tmp = (half && in.master_weights ? 3.0 : 2.0) * 4.0 * largest;
-  const double norm_tmp = 65536.0 * 8;
+  // On CUDA (Note [multi-tensor AdamW]) a chunk of tensors of up to 16M elements (or
+  // one larger tensor) is updated at once: one fp32 temporary (the denominators) per
+  // element, two when half gradients are widened; the norm's chunks are that size too.
+  const double widen = half && in.master_weights ? 1.0 : 0.0;
+  double update_tmp = (2.0 + widen) * 4.0 * largest;
+  double norm_tmp = 65536.0 * 8;
+  if (in.nccl) {
+    const double chunk = std::min(
+        std::max(largest, static_cast<double>(kForeachChunkElements)),
+        in.zero >= 1 ? zu.largest_group / static_cast<double>(p_bytes) / static_cast<double>(in.dp)
+                     : rank_total);
+    update_tmp = (1.0 + widen) * 4.0 * chunk;
+    norm_tmp = std::min(largest, static_cast<double>(kForeachChunkElements)) * 8;
+  }
 
   // One pipeline stage's step (without a pipeline, the one stage is first and
   // last): `in_flight` micro-batches' activations are held at once.

@@ -1,5 +1,7 @@
 #include "strata/memory/process_memory.h"
 
+#include <malloc.h>
+
 #include <fstream>
 
 namespace strata {
@@ -17,6 +19,13 @@ int64_t rss_bytes() {
 
 int64_t rss_peak_bytes() {
   return proc_status_bytes("VmHWM");
+}
+
+void keep_freed_host_memory() {
+  // 1 GiB: larger blocks (whole flat ZeRO buffers of big models) still map directly.
+  constexpr int kThreshold = 1 << 30;
+  mallopt(M_MMAP_THRESHOLD, kThreshold);
+  mallopt(M_TRIM_THRESHOLD, kThreshold);
 }
 
 void reset_rss_peak() {

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "strata/memory/multi_tensor.h"
+
 namespace strata {
 
 struct NamedParam {
@@ -21,6 +23,10 @@ const at::Tensor& grad_of(const NamedParam& p);
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // Note [multi-tensor AdamW]: -1 (auto) updates CUDA parameters with libtorch's
+  // multi-tensor (_foreach) kernels, in chunks of at most kForeachChunkElements, and
+  // CPU parameters one tensor at a time; 1 / 0 force either (tests compare the two).
+  int foreach = -1;
 };
 
 // AdamW (Loshchilov & Hutter), the same arithmetic as torch.optim.AdamW (foreach=False,
@@ -54,6 +60,11 @@ class AdamW {
   std::vector<State>& state() { return state_; }
 
  private:
+  bool decays(size_t i) const;
+  // One tensor at a time, or chunked multi-tensor kernels (Note [multi-tensor AdamW]).
+  void step_one(size_t i, double lr, double grad_scale);
+  void step_chunk(const std::vector<size_t>& idx, double lr, double grad_scale);
+
   std::vector<NamedParam> params_;
   std::vector<State> state_;
   AdamWOptions opts_;

@@ -68,6 +68,7 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   at::set_num_threads(static_cast<int>(threads_));
   at::globalContext().setDeterministicAlgorithms(t.deterministic, /*warn_only=*/true);
   if (cfg_.memory.track) install_tracking_allocator();
+  if (t.device == "cpu" && cfg_.memory.reuse_host_memory) keep_freed_host_memory();
   peak_flops_ = cfg_.logging.peak_tflops > 0 ? cfg_.logging.peak_tflops * 1e12
                                              : kCpuFlopsPerThread * static_cast<double>(threads_);
 
