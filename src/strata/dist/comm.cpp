@@ -131,7 +131,10 @@ CommWork Comm::reduce_scatter(at::Tensor& out, at::Tensor& in, c10d::ReduceOp op
   c10d::ReduceScatterOptions o;
   o.reduceOp = op;
   o.timeout = timeout_;
-  return wrap(pg_->reduce_scatter_single(out, in, o), "reduce_scatter", nbytes(in));
+  // Note [torch 2.11 to 2.15]: the flat collectives are `_reduce_scatter_base` and
+  // `_allgather_base` in every supported torch; 2.15 adds `reduce_scatter_single` /
+  // `all_gather_single` and keeps these as the overridable entry points.
+  return wrap(pg_->_reduce_scatter_base(out, in, o), "reduce_scatter", nbytes(in));
 }
 
 CommWork Comm::all_gather(at::Tensor& out, at::Tensor& in) {
@@ -143,7 +146,8 @@ CommWork Comm::all_gather(at::Tensor& out, at::Tensor& in) {
   }
   c10d::AllgatherOptions o;
   o.timeout = timeout_;
-  return wrap(pg_->all_gather_single(out, in, o), "all_gather", nbytes(out));
+  return wrap(pg_->_allgather_base(out, in, o), "all_gather",
+              nbytes(out));  // Note [torch 2.11 to 2.15]
 }
 
 CommWork Comm::broadcast(at::Tensor& t, int64_t root) {

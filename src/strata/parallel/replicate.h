@@ -1,9 +1,11 @@
 #pragma once
 #include <ATen/Tensor.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/dist/comm.h"
@@ -43,7 +45,11 @@ class GradReadyHooks {
   const torch::autograd::Node* node(size_t i) const { return accumulators_[i].get(); }
 
  private:
-  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
+  // Note [torch 2.11 to 2.15]: autograd nodes are shared_ptr-owned in 2.11 and
+  // intrusive_ptr-owned in 2.15; hold whatever grad_accumulator returns.
+  using NodePtr =
+      decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+  std::vector<NodePtr> accumulators_;
   std::vector<uintptr_t> keys_;
 };
 
