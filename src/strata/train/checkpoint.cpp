@@ -91,6 +91,21 @@ void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::
     fs::remove_all(root + "/" + done[i], ec);
 }
 
+std::vector<std::string> remove_unfinished_checkpoints(const std::string& root) {
+  // A run killed while writing (SIGKILL, power loss) leaves step-N.tmp; it was never
+  // renamed into place, so nothing refers to it.
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || e.path().extension() != ".tmp") continue;
+    fs::remove_all(e.path(), ec);
+    removed.push_back(e.path().string());
+  }
+  return removed;
+}
+
 std::string resolve_checkpoint(const std::string& root, const std::string& spec) {
   if (spec != "latest") {
     STRATA_CHECK(

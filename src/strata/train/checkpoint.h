@@ -33,6 +33,9 @@ void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorP
 void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta,
                          int64_t keep);
 // "latest" under root (or "" when there is none); a path is returned as it is.
+// Removes the step-N.tmp folders under root that a killed run left (never renamed into
+// place, so nothing refers to them); returns their paths.
+std::vector<std::string> remove_unfinished_checkpoints(const std::string& root);
 std::string resolve_checkpoint(const std::string& root, const std::string& spec);
 
 class CheckpointReader {

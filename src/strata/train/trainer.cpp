@@ -163,22 +163,11 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
                                                   static_cast<uint64_t>(t.seed));
   ckpt_root_ =
       cfg_.checkpoint.dir.empty() ? cfg_.logging.run_dir + "/checkpoints" : cfg_.checkpoint.dir;
-  if (info.rank == 0) remove_unfinished_checkpoints();
+  if (info.rank == 0)
+    for (const auto& path : remove_unfinished_checkpoints(ckpt_root_))
+      log_rank0("removed ", path,
+                ": an unfinished checkpoint of a run that stopped while writing it");
   if (!cfg_.checkpoint.resume.empty()) resume();
-}
-
-void Trainer::remove_unfinished_checkpoints() {
-  // A run killed while writing (SIGKILL, power loss) leaves step-N.tmp; it was never
-  // renamed into place, so nothing refers to it.
-  std::error_code ec;
-  if (!fs::is_directory(ckpt_root_, ec)) return;
-  for (const auto& e : fs::directory_iterator(ckpt_root_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || e.path().extension() != ".tmp") continue;
-    fs::remove_all(e.path(), ec);
-    log_rank0("removed ", e.path().string(), ": an unfinished checkpoint of a run that stopped ",
-              "while writing it");
-  }
 }
 
 int Trainer::agreed_stop_signal() {

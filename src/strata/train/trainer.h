@@ -51,7 +51,6 @@ class Trainer {
   double evaluate();
   void save(int64_t step);
   void resume();
-  void remove_unfinished_checkpoints();
   // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
   int agreed_stop_signal();
   double average_over_dp(double v);
