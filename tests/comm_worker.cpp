@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "strata/core/errors.h"
-#include "strata/dist/mesh.h"
+#include "strata/distributed/mesh.h"
 
 using namespace strata;
 

@@ -21,10 +21,10 @@
 #include <set>
 
 #include "strata/core/errors.h"
-#include "strata/dist/mesh.h"
+#include "strata/distributed/mesh.h"
 #include "strata/parallel/data/ddp.h"
 #include "strata/parallel/data/powersgd.h"
-#include "strata/train/optimizer.h"
+#include "strata/optim/adamw.h"
 
 using namespace strata;
 

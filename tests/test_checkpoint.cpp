@@ -64,3 +64,67 @@ TEST(Checkpoint, CorruptionIsDetectedAndOldOnesPruned) {
     EXPECT_NE(std::string(e.what()).find("fails its checksum"), std::string::npos) << e.what();
   }
 }
+
+TEST(Checkpoint, FlatRunsOfBoxes) {
+  // A whole tensor and a slice of whole rows are one run each.
+  auto whole = flat_runs({4, 6}, {0, 0}, {4, 6});
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].length, 24);
+  auto rows = flat_runs({4, 6}, {2, 0}, {2, 6});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].global, 12);
+  // Columns 2..3 of every row (a column-parallel slice of the input features):
+  // one run per row.
+  auto cols = flat_runs({4, 6}, {0, 2}, {4, 2});
+  ASSERT_EQ(cols.size(), 4u);
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(cols[r].global, r * 6 + 2);
+    EXPECT_EQ(cols[r].local, r * 2);
+    EXPECT_EQ(cols[r].length, 2);
+  }
+  // 3-D: a box over the middle dimension runs over its rows' whole last dimension.
+  auto mid = flat_runs({2, 3, 4}, {1, 1, 0}, {1, 2, 4});
+  ASSERT_EQ(mid.size(), 1u);
+  EXPECT_EQ(mid[0].global, 12 + 4);
+  EXPECT_EQ(mid[0].length, 8);
+  EXPECT_EQ(flat_runs({}, {}, {}).size(), 1u);  // a scalar
+}
+
+TEST(Checkpoint, FlatShardsAndBoxesReadEachOther) {
+  // ZeRO writes flat ranges of the flattened tensor (uneven, one crossing rows);
+  // a reader asks for boxes (whole, rows, columns) and for other flat ranges.
+  const std::string root = test::temp_dir("ckpt-flat");
+  const std::string tmp = root + "/" + checkpoint_dir_name(1) + ".tmp";
+  at::Tensor full = at::arange(24, at::kFloat).view({4, 6});
+  at::Tensor flat = full.view({-1});
+  write_shard(tmp, 0, {{"w", flat.narrow(0, 0, 10), {4, 6}, {}, 0}});
+  write_shard(tmp, 1, {{"w", flat.narrow(0, 10, 14), {4, 6}, {}, 10}});
+  // A column-split tensor (tensor-parallel row-parallel weight) written as boxes.
+  write_shard(tmp, 2,
+              {{"c", full.narrow(1, 0, 3), {4, 6}, {0, 0}}, {"c", full.narrow(1, 3, 3), {4, 6},
+                                                             {0, 3}}});
+  finalize_checkpoint(root, 1, {{"step", 1}}, 2);
+  CheckpointReader r(root + "/step-00000001");
+  at::Tensor whole = at::empty({4, 6});
+  r.read("w", whole);
+  EXPECT_TRUE(at::equal(whole, full));
+  at::Tensor cols = at::empty({4, 2});
+  r.read("w", cols, {0, 2});
+  EXPECT_TRUE(at::equal(cols, full.narrow(1, 2, 2)));
+  at::Tensor range = at::empty({7});
+  r.read_flat("c", range, 5);  // crosses the two column boxes and a row end
+  EXPECT_TRUE(at::equal(range, flat.narrow(0, 5, 7)));
+  at::Tensor from_flat = at::empty({6});
+  r.read_flat("w", from_flat, 8);
+  EXPECT_TRUE(at::equal(from_flat, flat.narrow(0, 8, 6)));
+  // A region past the tensor, or a shape the model does not have, is one clear error.
+  EXPECT_THROW(r.read("w", at::empty({5, 6})), Error);
+  try {
+    r.expect_shape("w", {6, 4});
+    ADD_FAILURE() << "a differing shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w' has shape [4, 6] but this model's is [6, 4]"),
+              std::string::npos)
+        << e.what();
+  }
+}

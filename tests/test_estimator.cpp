@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "strata/memory/estimator.h"
+#include "strata/plan/estimator.h"
 #include "strata/models/build.h"
 #include "strata/models/model.h"
 

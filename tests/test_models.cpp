@@ -114,3 +114,95 @@ TEST(Dropout, CounterBasedMaskHasRateScaleAndReplay) {
   EXPECT_EQ(h.scalar_type(), at::kBFloat16);
   EXPECT_NEAR((h == 0).to(at::kDouble).mean().item<double>(), 0.5, 0.06);
 }
+
+namespace {
+// Builds a part from the same seed, as every rank does.
+std::shared_ptr<Model> part(const ModelSpec& spec, StageInfo stage, TpContext tp = {}) {
+  at::manual_seed(7);
+  return build_model(spec, stage, tp);
+}
+
+ModelSpec small_spec(const std::string& flavour, bool tied = true) {
+  ModelConfig mc;
+  mc.flavour = flavour;
+  mc.n_layer = 3;
+  mc.d_model = 32;
+  mc.n_head = 4;
+  mc.seq_len = 16;
+  mc.vocab_size = 96;
+  mc.tied_embedding = tied;
+  return resolve_model_spec(mc, {});
+}
+}  // namespace
+
+TEST(ModelParts, StagesHoldTheWholeModelsWeightsAndChainToItsLoss) {
+  // Note [model parts] and [layer init]: a stage built alone draws exactly the weights
+  // the whole model has under the same names, and stage 0's output fed to stage 1
+  // gives the whole model's loss. GPT tied and untied, and BERT (tied MLM decoder).
+  for (const auto& [flavour, tied] : std::vector<std::pair<std::string, bool>>{
+           {"debug", true}, {"debug", false}, {"bert-base", true}}) {
+    const ModelSpec spec = small_spec(flavour, tied);
+    auto whole = part(spec, StageInfo::whole());
+    auto s0 = part(spec, {0, 2, true, false});
+    auto s1 = part(spec, {2, -1, false, true});
+    EXPECT_EQ(s0->num_blocks(), 2);
+    EXPECT_EQ(s1->num_blocks(), 1);
+    EXPECT_EQ(s1->global_block(0), 2);
+    auto whole_params = whole->named_parameters();
+    int64_t n = 0;
+    for (auto* p : {&s0, &s1})
+      for (auto& item : (*p)->named_parameters()) {
+        ASSERT_TRUE(whole_params.contains(item.key())) << flavour << " " << item.key();
+        EXPECT_TRUE(at::equal(item.value(), whole_params[item.key()])) << item.key();
+        ++n;
+      }
+    // Every tensor is somewhere; the tied embedding is on both ends.
+    const auto copies = s1->tied_copies();
+    EXPECT_EQ(n, static_cast<int64_t>(whole_params.size() + copies.size())) << flavour;
+    if (tied) {
+      ASSERT_EQ(copies.size(), 1u);
+      EXPECT_TRUE(s0->named_parameters().contains(copies[0]));
+    } else {
+      EXPECT_TRUE(copies.empty());
+      EXPECT_FALSE(s0->named_parameters().contains("lm_head.weight"));
+    }
+    EXPECT_FALSE(s1->named_parameters().contains("block0.ln1.weight"));
+    Batch b{at::randint(spec.vocab_size, {2, 16}), at::randint(spec.vocab_size, {2, 16}), {}};
+    at::NoGradGuard no_grad;
+    const at::Tensor want = whole->forward_loss(b);
+    const at::Tensor got = s1->forward_part(s0->forward_part({}, b), b);
+    EXPECT_TRUE(at::equal(got, want)) << flavour << ": " << got.item<double>() << " vs "
+                                      << want.item<double>();
+  }
+}
+
+TEST(ModelParts, TensorParallelLinearsKeepTheirSliceOfTheFullWeight) {
+  // Each linear is drawn at its full shape and sliced (Note [parallel linear]): column
+  // layers keep their output rows (qkv: their heads' rows of q, k and v), row layers
+  // their input columns and the whole bias; everything else equals the whole model's.
+  const ModelSpec spec = small_spec("debug");
+  const int64_t C = spec.d_model;
+  auto whole = part(spec, StageInfo::whole());
+  auto w = whole->named_parameters();
+  for (int64_t r = 0; r < 2; ++r) {
+    auto m = part(spec, StageInfo::whole(), {r, 2});
+    auto p = m->named_parameters();
+    ASSERT_EQ(p.size(), w.size());
+    const std::string b = "block1.";
+    const at::Tensor qkv = w[b + "attn.qkv.weight"];
+    std::vector<at::Tensor> rows;
+    for (int64_t g = 0; g < 3; ++g) rows.push_back(qkv.narrow(0, g * C + r * C / 2, C / 2));
+    EXPECT_TRUE(at::equal(p[b + "attn.qkv.weight"], at::cat(rows)));
+    EXPECT_TRUE(at::equal(p[b + "attn.proj.weight"],
+                          w[b + "attn.proj.weight"].narrow(1, r * C / 2, C / 2)));
+    EXPECT_TRUE(at::equal(p[b + "attn.proj.bias"], w[b + "attn.proj.bias"]));
+    EXPECT_TRUE(at::equal(p[b + "mlp.fc.weight"],
+                          w[b + "mlp.fc.weight"].narrow(0, r * 2 * C, 2 * C)));
+    EXPECT_TRUE(at::equal(p[b + "mlp.proj.weight"],
+                          w[b + "mlp.proj.weight"].narrow(1, r * 2 * C, 2 * C)));
+    EXPECT_TRUE(at::equal(p["wte.weight"], w["wte.weight"]));
+    EXPECT_TRUE(at::equal(p["block2.ln2.weight"], w["block2.ln2.weight"]));
+  }
+  // A head count tp does not divide is one clear error.
+  EXPECT_THROW(part(spec, StageInfo::whole(), {0, 3}), Error);
+}

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
-#include "strata/train/optimizer.h"
+#include "strata/optim/adamw.h"
 
 using namespace strata;
 

@@ -3,7 +3,7 @@
 #include <set>
 
 #include "strata/core/errors.h"
-#include "strata/dist/parallel_dims.h"
+#include "strata/distributed/parallel_dims.h"
 
 using namespace strata;
 

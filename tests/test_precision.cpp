@@ -13,7 +13,7 @@
 #include "strata/memory/loss_scaler.h"
 #include "strata/memory/precision.h"
 #include "strata/models/build.h"
-#include "strata/train/optimizer.h"
+#include "strata/optim/adamw.h"
 #include "test_util.h"
 
 using namespace strata;

@@ -6,6 +6,7 @@
 #include "strata/core/errors.h"
 #include "strata/memory/precision.h"
 #include "strata/memory/recompute.h"
+#include "strata/parallel/recompute.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
 #include "test_util.h"
@@ -36,7 +37,7 @@ Grads run(ModelConfig mc, DataShape shape, RecomputeMode mode, int64_t k,
   at::manual_seed(7);
   auto m = build_model(resolve_model_spec(mc, shape));
   if (dtype != at::kFloat) cast_model(*m, dtype);
-  m->set_recompute(mode, k);
+  apply_recompute(*m, mode, k);
   m->train();
   Batch b;
   if (shape.image_size > 0) {
@@ -184,7 +185,7 @@ TEST(Recompute, SelectiveNeedsAttention) {
   mc.flavour = "mlp";
   auto m = build_model(resolve_model_spec(mc, DataShape{0, 28, 1, 10}));
   try {
-    m->set_recompute(RecomputeMode::kSelective, 1);
+    apply_recompute(*m, RecomputeMode::kSelective, 1);
     ADD_FAILURE() << "selective accepted for an MLP";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("this model's blocks have none; use full, every-k"),

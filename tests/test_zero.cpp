@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "strata/memory/estimator.h"
+#include "strata/plan/estimator.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/parallel/zero/flat_layout.h"
 #include "strata/parallel/zero/sharded_optimizer.h"

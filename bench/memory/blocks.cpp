@@ -19,7 +19,9 @@
 #include "strata/memory/process_memory.h"
 #include "strata/memory/recompute.h"
 #include "strata/memory/tracking_allocator.h"
+#include "strata/models/init.h"
 #include "strata/models/transformer.h"
+#include "strata/parallel/recompute.h"
 
 using namespace strata;
 
@@ -30,10 +32,14 @@ namespace {
 class BlockStack : public Model {
  public:
   BlockStack(int64_t n, int64_t d, int64_t heads, double dropout) {
-    for (int64_t i = 0; i < n; ++i)
-      blocks_.push_back(register_module("block" + std::to_string(i),
-                                        std::make_shared<GptBlock>(d, heads, dropout, true)));
-    init_transformer_weights(*this, n);
+    LayerInit init;
+    for (int64_t i = 0; i < n; ++i) {
+      blocks_.push_back(register_module(
+          "block" + std::to_string(i),
+          std::make_shared<GptBlock>(BlockShape{d, heads, dropout, true, n, {}})));
+      init.held(*blocks_.back());
+    }
+    init.run();
   }
   at::Tensor embed(const Batch& b) override { return b.input; }
   at::Tensor head_loss(const at::Tensor& x, const Batch& b) override {
@@ -67,7 +73,7 @@ int main(int argc, char** argv) {
     const at::ScalarType dt = compute_dtype(precision);
     auto model = std::make_shared<BlockStack>(num("blocks"), num("d"), num("heads"),
                                               std::stod(a["dropout"]));
-    model->set_recompute(parse_recompute(a["recompute"]), num("k"));
+    apply_recompute(*model, parse_recompute(a["recompute"]), num("k"));
     if (dt != at::kFloat) cast_model(*model, dt);  // master-weights style: half blocks
     {
       MemoryScope scope(Category::kGradients);

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/train/plan.h"
+#include "strata/report/estimate_json.h"
 
 namespace strata {
 
@@ -33,8 +33,5 @@ struct FitVerdict {
 };
 FitVerdict fit_verdict(double predicted_peak, double limit);
 
-nlohmann::json estimate_json(const PlannedEstimate& pe);
-// Predicted vs measured, per category at the peak and each category's own peak.
-nlohmann::json compare_json(const PlannedEstimate& pe, const nlohmann::json& measured_step);
 
 }  // namespace strata

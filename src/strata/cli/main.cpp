@@ -12,9 +12,9 @@
 #include "strata/core/config.h"
 #include "strata/core/env.h"
 #include "strata/core/errors.h"
-#include "strata/dist/comm.h"
-#include "strata/dist/launcher.h"
-#include "strata/dist/rendezvous.h"
+#include "strata/distributed/comm.h"
+#include "strata/distributed/launcher.h"
+#include "strata/distributed/rendezvous.h"
 #include "strata/report/html_report.h"
 #include "strata/train/trainer.h"
 

@@ -1,6 +1,8 @@
 #pragma once
 #include <cstdint>
 
+#include "strata/core/state.h"
+
 namespace strata {
 
 struct LossScalerOptions {
@@ -14,7 +16,7 @@ struct LossScalerOptions {
 // the scale multiplied by backoff_factor; after growth_interval overflow-free steps in a
 // row it is multiplied by growth_factor. Pure state: the caller finds the overflow
 // (globally, across every rank) and skips the step.
-class LossScaler {
+class LossScaler : public Stateful {
  public:
   explicit LossScaler(LossScalerOptions opts);
   bool enabled() const { return opts_.enabled; }
@@ -30,11 +32,16 @@ class LossScaler {
   };
   State state() const { return {scale_, growth_tracker_, skipped_}; }
   void set_state(const State& s);
+  // "scaler.state" (scale, growth tracker, skipped), written by one rank.
+  void save_state(std::vector<TensorPiece>& out) override;
+  void load_state(const PieceReader& in) override;
+  void set_writes_state(bool writes) { writes_state_ = writes; }
 
  private:
   LossScalerOptions opts_;
   double scale_;
   int64_t growth_tracker_ = 0, skipped_ = 0;
+  bool writes_state_ = true;
 };
 
 }  // namespace strata

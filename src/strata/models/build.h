@@ -6,7 +6,9 @@
 
 namespace strata {
 
-// Builds the model for a resolved spec on the CPU (the trainer moves it).
-std::shared_ptr<Model> build_model(const ModelSpec& spec);
+// Builds the part of the model for a resolved spec that a stage and tensor-parallel
+// rank hold (Note [model parts]), on the CPU (the caller moves it). GPT and BERT can
+// be cut; ResNet and the MLP are built whole.
+std::shared_ptr<Model> build_model(const ModelSpec& spec, StageInfo stage = {}, TpContext tp = {});
 
 }  // namespace strata

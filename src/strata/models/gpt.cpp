@@ -4,6 +4,7 @@
 #include <torch/nn/init.h>
 
 #include "strata/core/errors.h"
+#include "strata/models/init.h"
 #include "strata/models/tied_head.h"
 #include "strata/models/transformer.h"
 
@@ -26,21 +27,66 @@ double transformer_flops_per_token(const ModelSpec& s) {
   return 6.0 * n + 12.0 * L * d * static_cast<double>(s.seq_len);
 }
 
-Gpt::Gpt(const ModelSpec& spec) : spec_(spec) {
-  wte = register_module("wte", nn::Embedding(spec.vocab_size, spec.d_model));
-  wpe = register_module("wpe", nn::Embedding(spec.seq_len, spec.d_model));
-  drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
-  for (int64_t i = 0; i < spec.n_layer; ++i) {
-    blocks_.push_back(register_module(
-        "block" + std::to_string(i),
-        std::make_shared<GptBlock>(spec.d_model, spec.n_head, spec.dropout, /*causal=*/true)));
+namespace {
+BlockShape block_shape(const ModelSpec& spec, bool causal, TpContext tp) {
+  return {spec.d_model, spec.n_head, spec.dropout, causal, spec.n_layer, tp};
+}
+
+// Builds unit by unit in the whole model's order (Note [layer init]): a unit this part
+// holds is registered under its global name, one it does not is built for its draws
+// and dropped.
+class PartBuilder {
+ public:
+  explicit PartBuilder(torch::nn::Module& m) : m_(m) {}
+  template <typename T>
+  std::shared_ptr<T> unit(bool held, const std::string& name, std::function<std::shared_ptr<T>()> make) {
+    auto mod = make();
+    if (!held) {
+      init_.skipped(*mod);
+      return nullptr;
+    }
+    init_.held(*mod);
+    return m_.register_module(name, mod);
   }
-  ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({spec.d_model})));
+  void finish() { init_.run(); }
+
+ private:
+  torch::nn::Module& m_;
+  LayerInit init_;
+};
+}  // namespace
+
+Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage), spec_(spec) {
+  const int64_t L = spec.n_layer;
+  const bool first = stage.first, last = stage.last;
+  const bool tied_here = spec.tied_embedding && last;
+  PartBuilder b(*this);
+  auto emb = [](int64_t n, int64_t d) {
+    return [n, d] { return nn::Embedding(n, d).ptr(); };
+  };
+  auto wte_ptr = b.unit<nn::EmbeddingImpl>(first || tied_here, "wte", emb(spec.vocab_size, spec.d_model));
+  if (wte_ptr) wte = nn::Embedding(wte_ptr);
+  auto wpe_ptr = b.unit<nn::EmbeddingImpl>(first, "wpe", emb(spec.seq_len, spec.d_model));
+  if (wpe_ptr) wpe = nn::Embedding(wpe_ptr);
+  if (first) drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
+  const BlockShape shape = block_shape(spec, /*causal=*/true, tp);
+  for (int64_t i = 0; i < L; ++i) {
+    auto blk = b.unit<GptBlock>(stage.holds(i, L), "block" + std::to_string(i),
+                                [&] { return std::make_shared<GptBlock>(shape); });
+    if (blk) blocks_.push_back(blk);
+  }
+  if (last) ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({spec.d_model})));
   if (!spec.tied_embedding) {
-    lm_head = register_module(
-        "lm_head", nn::Linear(nn::LinearOptions(spec.d_model, spec.vocab_size).bias(false)));
+    lm_head = b.unit<ParallelLinear>(last, "lm_head", [&] {
+      return make_linear(spec.d_model, spec.vocab_size, false, LinearKind::kPlain, tp, 0.02);
+    });
   }
-  init_transformer_weights(*this, spec.n_layer);
+  b.finish();
+}
+
+std::vector<std::string> Gpt::tied_copies() const {
+  if (spec_.tied_embedding && stage().last && !stage().first) return {"wte.weight"};
+  return {};
 }
 
 at::Tensor Gpt::embed(const Batch& b) {
@@ -65,28 +111,53 @@ double Gpt::flops_per_sample() const {
   return transformer_flops_per_token(spec_) * static_cast<double>(spec_.seq_len);
 }
 
-Bert::Bert(const ModelSpec& spec) : spec_(spec) {
-  word = register_module("word", nn::Embedding(spec.vocab_size, spec.d_model));
-  pos = register_module("pos", nn::Embedding(spec.seq_len, spec.d_model));
-  type = register_module("type", nn::Embedding(spec.type_vocab, spec.d_model));
-  ln_emb =
-      register_module("ln_emb", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
-  drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
-  for (int64_t i = 0; i < spec.n_layer; ++i) {
-    blocks_.push_back(register_module(
-        "block" + std::to_string(i),
-        std::make_shared<BertBlock>(spec.d_model, spec.n_head, spec.dropout, /*causal=*/false)));
+Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage), spec_(spec) {
+  const int64_t L = spec.n_layer;
+  const bool first = stage.first, last = stage.last;
+  PartBuilder b(*this);
+  auto emb = [](int64_t n, int64_t d) {
+    return [n, d] { return nn::Embedding(n, d).ptr(); };
+  };
+  auto ln = [&](const std::string& name) {
+    return register_module(name, nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
+  };
+  // The MLM decoder is tied to the word embedding: the last stage holds it too.
+  if (auto p = b.unit<nn::EmbeddingImpl>(first || last, "word", emb(spec.vocab_size, spec.d_model)))
+    word = nn::Embedding(p);
+  if (auto p = b.unit<nn::EmbeddingImpl>(first, "pos", emb(spec.seq_len, spec.d_model)))
+    pos = nn::Embedding(p);
+  if (auto p = b.unit<nn::EmbeddingImpl>(first, "type", emb(spec.type_vocab, spec.d_model)))
+    type = nn::Embedding(p);
+  if (first) {
+    ln_emb = ln("ln_emb");
+    drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
   }
-  pooler = register_module("pooler", nn::Linear(spec.d_model, spec.d_model));
-  mlm_dense = register_module("mlm_dense", nn::Linear(spec.d_model, spec.d_model));
-  mlm_ln =
-      register_module("mlm_ln", nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
-  mlm_bias = register_parameter("mlm_bias", at::zeros({spec.vocab_size}));
-  init_transformer_weights(*this, spec.n_layer);
+  const BlockShape shape = block_shape(spec, /*causal=*/false, tp);
+  for (int64_t i = 0; i < L; ++i) {
+    auto blk = b.unit<BertBlock>(stage.holds(i, L), "block" + std::to_string(i),
+                                 [&] { return std::make_shared<BertBlock>(shape); });
+    if (blk) blocks_.push_back(blk);
+  }
+  auto linear = [&] {
+    return make_linear(spec.d_model, spec.d_model, true, LinearKind::kPlain, {}, 0.02);
+  };
+  pooler = b.unit<ParallelLinear>(last, "pooler", linear);
+  mlm_dense = b.unit<ParallelLinear>(last, "mlm_dense", linear);
+  if (last) {
+    mlm_ln = ln("mlm_ln");
+    mlm_bias = register_parameter("mlm_bias", at::zeros({spec.vocab_size}));
+  }
+  b.finish();
   // The pooler serves next-sentence prediction, which masked-LM training omits: it
   // is kept (bert-base has its usual parameter count and checkpoints its usual
   // tensors) but frozen, so no gradient, optimizer state or all-reduce is spent on it.
-  for (auto& p : pooler->parameters()) p.set_requires_grad(false);
+  if (pooler)
+    for (auto& p : pooler->parameters()) p.set_requires_grad(false);
+}
+
+std::vector<std::string> Bert::tied_copies() const {
+  if (stage().last && !stage().first) return {"word.weight"};
+  return {};
 }
 
 at::Tensor Bert::embed(const Batch& b) {

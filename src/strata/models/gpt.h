@@ -5,6 +5,7 @@
 
 #include "strata/models/dropout.h"
 #include "strata/models/flavours.h"
+#include "strata/models/linear.h"
 #include "strata/models/model.h"
 
 namespace strata {
@@ -13,7 +14,7 @@ namespace strata {
 // LayerNorm, LM head (tied to the token embedding unless tied_embedding=false).
 class Gpt : public Model {
  public:
-  explicit Gpt(const ModelSpec& spec);
+  explicit Gpt(const ModelSpec& spec, StageInfo stage = {}, TpContext tp = {});
   at::Tensor embed(const Batch& b) override;
   at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;
   at::Tensor logits(const at::Tensor& x);
@@ -23,7 +24,9 @@ class Gpt : public Model {
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::shared_ptr<Dropout> drop;
   torch::nn::LayerNorm ln_f{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // only when untied
+  std::shared_ptr<ParallelLinear> lm_head;  // only when untied
+  // The last stage's copy of wte when it is tied and the embedding lives elsewhere.
+  std::vector<std::string> tied_copies() const override;
 
  private:
   ModelSpec spec_;
@@ -35,7 +38,8 @@ class Gpt : public Model {
 // pooler so the parameter count matches the published model.
 class Bert : public Model {
  public:
-  explicit Bert(const ModelSpec& spec);
+  explicit Bert(const ModelSpec& spec, StageInfo stage = {}, TpContext tp = {});
+  std::vector<std::string> tied_copies() const override;
   at::Tensor embed(const Batch& b) override;
   at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;
   double flops_per_sample() const override;
@@ -44,7 +48,7 @@ class Bert : public Model {
   torch::nn::Embedding word{nullptr}, pos{nullptr}, type{nullptr};
   torch::nn::LayerNorm ln_emb{nullptr}, mlm_ln{nullptr};
   std::shared_ptr<Dropout> drop;
-  torch::nn::Linear mlm_dense{nullptr}, pooler{nullptr};
+  std::shared_ptr<ParallelLinear> mlm_dense, pooler;
   at::Tensor mlm_bias;
 
  private:

@@ -10,15 +10,16 @@ int64_t Model::num_parameters() {
   return n;
 }
 
-void Model::set_recompute(RecomputeMode mode, int64_t k) {
-  std::vector<Segment> segments = recompute_segments(mode, num_blocks(), k);
-  const bool selective = mode == RecomputeMode::kSelective;
-  for (auto& blk : blocks_) {
-    const bool ok = blk->set_selective_recompute(selective);
-    STRATA_CHECK(ok || !selective, "memory.recompute=selective recomputes attention cores, and ",
-                 "this model's blocks have none; use full, every-k or sqrt");
-  }
+at::Tensor Model::forward_part(const at::Tensor& x, const Batch& b) {
+  at::Tensor h = run_blocks(stage_.first ? embed(b) : x);
+  return stage_.last ? head_loss(h, b) : h;
+}
+
+void Model::set_segments(std::vector<BlockSegment> segments, SegmentRunner runner) {
+  for (const auto& s : segments)
+    STRATA_ASSERT(s.begin >= 0 && s.begin < s.end && s.end <= num_blocks());
   segments_ = std::move(segments);
+  runner_ = std::move(runner);
 }
 
 void Model::add_block_hooks(BlockHooks* hooks) {
@@ -42,12 +43,12 @@ at::Tensor Model::run_blocks(at::Tensor x) {
     for (int64_t i = 0; i < num_blocks(); ++i) x = run_block(i, std::move(x));
     return x;
   }
-  for (const Segment& s : segments_) {
+  for (const BlockSegment& s : segments_) {
     auto run = [this, s](at::Tensor h) {
       for (int64_t i = s.begin; i < s.end; ++i) h = run_block(i, std::move(h));
       return h;
     };
-    if (!s.recompute) {
+    if (!s.recompute || !runner_) {
       x = run(x);
       continue;
     }
@@ -58,8 +59,8 @@ at::Tensor Model::run_blocks(at::Tensor x) {
         if (p.requires_grad()) params.push_back(p);
       for (auto& b : blk.buffers()) buffers.push_back(b);
     }
-    x = recompute_checkpoint([run](const std::vector<at::Tensor>& in) { return run(in[0]); }, {x},
-                             params, buffers);
+    x = runner_([run](const std::vector<at::Tensor>& in) { return run(in[0]); }, {x}, params,
+                buffers);
   }
   return x;
 }

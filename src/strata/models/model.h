@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "strata/memory/recompute.h"
+#include <functional>
+
+#include "strata/models/stage.h"
 
 namespace strata {
 
@@ -18,14 +20,30 @@ struct Batch {
   int64_t num_samples() const { return input.size(0); }
 };
 
+// How a model runs a piece of itself without keeping its activations: called with the
+// piece as a function of its inputs, the inputs, the parameters it reads and the
+// buffers it may change. parallel/recompute gives memory/recompute's checkpoint
+// (Note [activation recompute]); models only say where the pieces are.
+using SegmentFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+using SegmentRunner =
+    std::function<at::Tensor(SegmentFn, const std::vector<at::Tensor>& inputs,
+                             const std::vector<at::Tensor>& params,
+                             const std::vector<at::Tensor>& buffers)>;
+
+// Blocks [begin, end) of a part (local indices), run as one piece.
+struct BlockSegment {
+  int64_t begin = 0, end = 0;
+  bool recompute = false;
+};
+
 // A unit of the model's block list: parallel wrappers (recompute, ZeRO-3 units,
 // pipeline stages) operate on these.
 class Block : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x) = 0;
-  // Selective recompute (recompute only the attention core); false when the block
-  // has no attention core.
-  virtual bool set_selective_recompute(bool /*on*/) { return false; }
+  // Selective recompute: the attention core runs through runner (null: kept as
+  // usual); false when the block has no attention core.
+  virtual bool set_selective_recompute(SegmentRunner /*runner*/) { return false; }
 };
 
 // Called around each block's forward, inside recomputation too: ZeRO-3 gathers a
@@ -37,21 +55,35 @@ class BlockHooks {
   virtual at::Tensor post_forward(int64_t block, at::Tensor out) = 0;
 };
 
-// Every model is an explicit list of blocks: embed -> block[0..L) -> head (+ loss).
+// Every model is an explicit list of blocks: embed -> block[0..L) -> head (+ loss),
+// built as the part one rank runs (Note [model parts]): block(i) is the part's i-th
+// block, global block global_block(i).
 class Model : public torch::nn::Module {
  public:
-  virtual at::Tensor embed(const Batch& b) = 0;  // -> activations entering block 0
-  virtual at::Tensor head_loss(const at::Tensor& x, const Batch& b) = 0;  // mean loss
+  explicit Model(StageInfo stage = {}) : stage_(stage) {}
+  virtual at::Tensor embed(const Batch& b) = 0;  // first stage: activations entering the blocks
+  virtual at::Tensor head_loss(const at::Tensor& x, const Batch& b) = 0;  // last: mean loss
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   Block& block(int64_t i) { return *blocks_.at(static_cast<size_t>(i)); }
+  const StageInfo& stage() const { return stage_; }
+  int64_t global_block(int64_t i) const { return stage_.block_begin + i; }
 
-  at::Tensor forward_loss(const Batch& b) { return head_loss(run_blocks(embed(b)), b); }
-  // block[0..L) on x, segment by segment (see Note [activation recompute]).
+  // The part's forward: the first stage embeds the batch (x is unused), others take
+  // the previous stage's activations x; the last returns the loss, others their
+  // output activations.
+  at::Tensor forward_part(const at::Tensor& x, const Batch& b);
+  // The whole model's loss (a part that is the whole model).
+  at::Tensor forward_loss(const Batch& b) { return forward_part({}, b); }
+  // The part's blocks on x, segment by segment (see Note [activation recompute]).
   at::Tensor run_blocks(at::Tensor x);
-  // Chooses what the forward keeps for backward; an Error names a mode the model
-  // cannot use (selective without attention, recompute_k out of range).
-  void set_recompute(RecomputeMode mode, int64_t k);
-  const std::vector<Segment>& segments() const { return segments_; }
+  // Which blocks run as one piece and which pieces runner recomputes (parallel/recompute
+  // chooses); empty: every block plainly.
+  void set_segments(std::vector<BlockSegment> segments, SegmentRunner runner);
+  const std::vector<BlockSegment>& segments() const { return segments_; }
+  // Parameters this part holds as copies of ones another stage owns (a tied embedding
+  // on the last stage): their gradients are summed over the stages that hold them and
+  // checkpoints save the owner's.
+  virtual std::vector<std::string> tied_copies() const { return {}; }
   // Hooks around every block's forward: pre_forward in the order added, post_forward
   // in the reverse order (the first added wraps the others).
   void add_block_hooks(BlockHooks* hooks);
@@ -68,7 +100,9 @@ class Model : public torch::nn::Module {
 
  private:
   at::Tensor run_block(int64_t i, at::Tensor x);
-  std::vector<Segment> segments_;  // empty: all blocks, nothing recomputed
+  StageInfo stage_;
+  std::vector<BlockSegment> segments_;  // empty: all blocks, nothing recomputed
+  SegmentRunner runner_;
   std::vector<BlockHooks*> hooks_;
 };
 

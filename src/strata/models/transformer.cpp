@@ -7,14 +7,27 @@
 #include <cmath>
 #include <limits>
 
+#include "strata/core/errors.h"
+
 namespace strata {
 
 namespace nn = torch::nn;
 
-SelfAttention::SelfAttention(int64_t d_model, int64_t n_head, double dropout, bool causal)
-    : n_head_(n_head), dropout_(dropout), causal_(causal) {
-  qkv = register_module("qkv", nn::Linear(d_model, 3 * d_model));
-  proj = register_module("proj", nn::Linear(d_model, d_model));
+double BlockShape::proj_std() const {
+  return 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer));
+}
+
+SelfAttention::SelfAttention(const BlockShape& s)
+    : n_head_(s.n_head), n_head_local_(s.n_head / s.tp.size), dropout_(s.dropout), causal_(s.causal) {
+  STRATA_CHECK(s.n_head % s.tp.size == 0, "n_head=", s.n_head, " cannot be split over tp=",
+               s.tp.size, "; choose tp dividing the head count");
+  // Note [qkv layout]: the weight is [q; k; v] (GPT-2's layout, kept in checkpoints);
+  // a plain column split would give rank 0 all of q and none of v, so it is split as
+  // three groups and rank r holds [q_r; k_r; v_r], the rows of its own heads.
+  qkv = register_module("qkv", make_linear(s.d_model, 3 * s.d_model, true, LinearKind::kColumn,
+                                           s.tp, 0.02, /*groups=*/3));
+  proj = register_module(
+      "proj", make_linear(s.d_model, s.d_model, true, LinearKind::kRow, s.tp, s.proj_std()));
 }
 
 at::Tensor SelfAttention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -40,37 +53,40 @@ at::Tensor SelfAttention::core(const at::Tensor& q, const at::Tensor& k, const a
 
 at::Tensor SelfAttention::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
-  auto parts = qkv->forward(x).split(C, /*dim=*/2);  // 3 x (B, T, C)
-  auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head_, D}).transpose(1, 2); };
+  const int64_t H = n_head_local_, Cl = H * D;              // this rank's heads and width
+  auto parts = qkv->forward(x).split(Cl, /*dim=*/2);        // 3 x (B, T, Cl)
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   std::vector<at::Tensor> qkv_heads{heads(parts[0]), heads(parts[1]), heads(parts[2])};
   // (B, H, T, D); selective recompute keeps q, k, v (views of the qkv output, which
   // is kept anyway) and drops what the core saves: the (T, T) scores, softmax and
   // dropout mask on the math path.
   at::Tensor y =
       recompute_core
-          ? recompute_checkpoint(
+          ? recompute_core(
                 [this](const std::vector<at::Tensor>& in) { return core(in[0], in[1], in[2]); },
                 qkv_heads, {}, {})
           : core(qkv_heads[0], qkv_heads[1], qkv_heads[2]);
-  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  y = y.transpose(1, 2).contiguous().view({B, T, Cl});
   return proj->forward(y);
 }
 
-FeedForward::FeedForward(int64_t d_model) {
-  fc = register_module("fc", nn::Linear(d_model, 4 * d_model));
-  proj = register_module("proj", nn::Linear(4 * d_model, d_model));
+FeedForward::FeedForward(const BlockShape& s) {
+  fc = register_module(
+      "fc", make_linear(s.d_model, 4 * s.d_model, true, LinearKind::kColumn, s.tp, 0.02));
+  proj = register_module(
+      "proj", make_linear(4 * s.d_model, s.d_model, true, LinearKind::kRow, s.tp, s.proj_std()));
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& x) {
   return proj->forward(at::gelu(fc->forward(x), "tanh"));
 }
 
-GptBlock::GptBlock(int64_t d_model, int64_t n_head, double dropout, bool causal) {
-  ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({d_model})));
-  attn = register_module("attn", std::make_shared<SelfAttention>(d_model, n_head, dropout, causal));
-  ln2 = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({d_model})));
-  mlp = register_module("mlp", std::make_shared<FeedForward>(d_model));
-  drop = register_module("drop", std::make_shared<Dropout>(dropout));
+GptBlock::GptBlock(const BlockShape& s) {
+  ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({s.d_model})));
+  attn = register_module("attn", std::make_shared<SelfAttention>(s));
+  ln2 = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({s.d_model})));
+  mlp = register_module("mlp", std::make_shared<FeedForward>(s));
+  drop = register_module("drop", std::make_shared<Dropout>(s.dropout));
 }
 
 at::Tensor GptBlock::forward(const at::Tensor& x) {
@@ -81,21 +97,6 @@ at::Tensor GptBlock::forward(const at::Tensor& x) {
 at::Tensor BertBlock::forward(const at::Tensor& x) {
   at::Tensor h = ln1->forward(x + drop->forward(attn->forward(x)));
   return ln2->forward(h + drop->forward(mlp->forward(h)));
-}
-
-void init_transformer_weights(nn::Module& root, int64_t n_layer) {
-  torch::NoGradGuard no_grad;
-  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer));
-  for (auto& item : root.named_modules("", /*include_self=*/false)) {
-    auto& m = *item.value();
-    if (auto* lin = m.as<nn::Linear>()) {
-      bool residual = item.key().size() >= 5 && item.key().substr(item.key().size() - 5) == ".proj";
-      nn::init::normal_(lin->weight, 0.0, residual ? proj_std : 0.02);
-      if (lin->bias.defined()) nn::init::zeros_(lin->bias);
-    } else if (auto* emb = m.as<nn::Embedding>()) {
-      nn::init::normal_(emb->weight, 0.0, 0.02);
-    }
-  }
 }
 
 }  // namespace strata

@@ -3,42 +3,56 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "strata/models/dropout.h"
+#include "strata/models/linear.h"
 #include "strata/models/model.h"
 
 namespace strata {
 
-// Multi-head self-attention: qkv projection, attention core, output projection.
+// The shapes a transformer block is built with: global sizes, the tensor-parallel
+// rank it is cut for, and the init of its residual projections (GPT-2's
+// 0.02 / sqrt(2 n_layer)).
+struct BlockShape {
+  int64_t d_model = 0, n_head = 0;
+  double dropout = 0;
+  bool causal = true;
+  int64_t n_layer = 1;
+  TpContext tp;
+  double proj_std() const;
+};
+
+// Multi-head self-attention: qkv projection (column-parallel: this rank's heads),
+// attention core, output projection (row-parallel).
 class SelfAttention : public torch::nn::Module {
  public:
-  SelfAttention(int64_t d_model, int64_t n_head, double dropout, bool causal);
+  explicit SelfAttention(const BlockShape& s);
   at::Tensor forward(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
   // The attention core alone (scores, softmax, dropout, x V): selective recompute's unit.
   at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
-  torch::nn::Linear qkv{nullptr}, proj{nullptr};
-  bool recompute_core = false;  // selective recompute
+  std::shared_ptr<ParallelLinear> qkv, proj;
+  SegmentRunner recompute_core;  // selective recompute; null: off
 
  private:
-  int64_t n_head_;
+  int64_t n_head_, n_head_local_;
   double dropout_;
   bool causal_;
 };
 
-// Position-wise feed-forward: d -> 4d -> GELU(tanh) -> d.
+// Position-wise feed-forward: d -> 4d -> GELU(tanh) -> d (column- then row-parallel).
 class FeedForward : public torch::nn::Module {
  public:
-  explicit FeedForward(int64_t d_model);
+  explicit FeedForward(const BlockShape& s);
   at::Tensor forward(const at::Tensor& x);
-  torch::nn::Linear fc{nullptr}, proj{nullptr};
+  std::shared_ptr<ParallelLinear> fc, proj;
 };
 
 // GPT-2 block, pre-LayerNorm: x + attn(ln1(x)), then x + mlp(ln2(x)).
 class GptBlock : public Block {
  public:
-  GptBlock(int64_t d_model, int64_t n_head, double dropout, bool causal);
+  explicit GptBlock(const BlockShape& s);
   at::Tensor forward(const at::Tensor& x) override;
-  bool set_selective_recompute(bool on) override {
-    attn->recompute_core = on;
+  bool set_selective_recompute(SegmentRunner runner) override {
+    attn->recompute_core = std::move(runner);
     return true;
   }
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
@@ -53,8 +67,5 @@ class BertBlock : public GptBlock {
   using GptBlock::GptBlock;
   at::Tensor forward(const at::Tensor& x) override;
 };
-
-// GPT-2 style normal(0, 0.02) init; residual projections scaled by 1/sqrt(2 L).
-void init_transformer_weights(torch::nn::Module& m, int64_t n_layer);
 
 }  // namespace strata

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "strata/dist/comm.h"
+#include "strata/distributed/comm.h"
 
 namespace torch::autograd {
 struct Node;

@@ -6,10 +6,10 @@
 #include <map>
 #include <sstream>
 
-#include "strata/cli/estimate.h"
+#include "strata/report/estimate_json.h"
 #include "strata/core/errors.h"
 #include "strata/report/svg.h"
-#include "strata/train/data/dataset.h"
+#include "strata/core/files.h"
 
 namespace strata {
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "strata/report/run_record.h"
-#include "strata/train/plan.h"
+#include "strata/train/planned_estimate.h"
 
 namespace strata {
 

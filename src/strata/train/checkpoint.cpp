@@ -5,12 +5,15 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <array>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "strata/core/errors.h"
-#include "strata/train/data/dataset.h"
+#include "strata/core/files.h"
 
 namespace fs = std::filesystem;
 
@@ -48,26 +51,81 @@ void fsync_path(const std::string& path) {
 
 void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorPiece>& pieces) {
   fs::create_directories(dir);
-  std::string blob;
+  const std::string base = dir + "/shard-" + std::to_string(rank);
+  const std::string bin = base + ".bin";
+  const std::string tmp = bin + ".part";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno),
+               "; make checkpoint.dir writable");
   nlohmann::json index = nlohmann::json::array();
+  int64_t at_byte = 0;
   for (const auto& p : pieces) {
+    // One piece's contiguous host copy at a time (Note [checkpoint layout]).
     at::Tensor t = p.tensor.detach().to(at::kCPU).contiguous();
     const size_t n = t.numel() * t.element_size();
     const auto* data = static_cast<const char*>(t.data_ptr());
-    index.push_back({{"name", p.name},
-                     {"dtype", c10::toString(t.scalar_type())},
-                     {"shape", t.sizes().vec()},
-                     {"global_shape", p.global_shape.empty() ? t.sizes().vec() : p.global_shape},
-                     {"offsets", p.offsets.empty() ? std::vector<int64_t>(t.dim(), 0) : p.offsets},
-                     {"byte_offset", blob.size()},
-                     {"nbytes", n},
-                     {"crc32", crc_of(data, n)}});
-    blob.append(data, n);
+    nlohmann::json e = {{"name", p.name},
+                        {"dtype", c10::toString(t.scalar_type())},
+                        {"shape", t.sizes().vec()},
+                        {"global_shape", p.global_shape.empty() ? t.sizes().vec() : p.global_shape},
+                        {"byte_offset", at_byte},
+                        {"nbytes", n},
+                        {"crc32", crc_of(data, n)}};
+    if (p.flat_offset >= 0)
+      e["flat_offset"] = p.flat_offset;
+    else
+      e["offsets"] = p.offsets.empty() ? std::vector<int64_t>(t.dim(), 0) : p.offsets;
+    index.push_back(std::move(e));
+    size_t off = 0;
+    while (off < n) {
+      const ssize_t w = write(fd, data + off, n - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int err = errno;
+        close(fd);
+        unlink(tmp.c_str());
+        STRATA_FAIL("cannot write ", tmp, ": ", std::strerror(err), "; is the disk full?");
+      }
+      off += static_cast<size_t>(w);
+    }
+    at_byte += static_cast<int64_t>(n);
   }
-  const std::string base = dir + "/shard-" + std::to_string(rank);
-  write_file_atomic(base + ".bin", blob);
+  const bool ok = fsync(fd) == 0;
+  close(fd);
+  STRATA_CHECK(ok && std::rename(tmp.c_str(), bin.c_str()) == 0, "cannot finish writing ", bin,
+               ": ", std::strerror(errno));
   write_file_atomic(base + ".json", index.dump(1));
 }
+
+std::vector<FlatRun> flat_runs(const std::vector<int64_t>& global_shape,
+                               const std::vector<int64_t>& offsets,
+                               const std::vector<int64_t>& shape) {
+  const auto dims = static_cast<int64_t>(shape.size());
+  int64_t numel = 1;
+  for (auto s : shape) numel *= s;
+  if (numel == 0) return {};
+  if (dims == 0) return {{0, 0, 1}};
+  std::vector<int64_t> stride(static_cast<size_t>(dims), 1);
+  for (int64_t d = dims - 2; d >= 0; --d) stride[d] = stride[d + 1] * global_shape[d + 1];
+  // The trailing dimensions the piece spans whole fold into its runs.
+  int64_t split = dims - 1;
+  while (split > 0 && shape[split] == global_shape[split] && offsets[split] == 0) --split;
+  const int64_t run = shape[split] * stride[split];
+  std::vector<FlatRun> out;
+  out.reserve(static_cast<size_t>(numel / run));
+  std::vector<int64_t> idx(static_cast<size_t>(split), 0);  // over dimensions [0, split)
+  for (int64_t local = 0; local < numel; local += run) {
+    int64_t g = offsets[split] * stride[split];
+    for (int64_t d = 0; d < split; ++d) g += (offsets[d] + idx[d]) * stride[d];
+    out.push_back({g, local, run});
+    for (int64_t d = split - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
 
 void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta,
                          int64_t keep) {
@@ -153,9 +211,13 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     const int64_t shard = std::stoll(digits);
     parse_checkpoint_json(dir, name, [&](const nlohmann::json& index) {
       for (const auto& j : index) {
-        entries_.emplace(j.at("name").get<std::string>(),
-                         Entry{shard, j.at("dtype"), j.at("global_shape"), j.at("offsets"),
-                               j.at("shape"), j.at("byte_offset"), j.at("nbytes"), j.at("crc32")});
+        const bool flat = j.contains("flat_offset");
+        entries_.emplace(
+            j.at("name").get<std::string>(),
+            Entry{shard, j.at("dtype"), j.at("global_shape"),
+                  flat ? std::vector<int64_t>{} : j.at("offsets").get<std::vector<int64_t>>(),
+                  j.at("shape"), flat ? j.at("flat_offset").get<int64_t>() : -1,
+                  j.at("byte_offset"), j.at("nbytes"), j.at("crc32")});
       }
       return 0;
     });
@@ -175,28 +237,56 @@ std::vector<int64_t> CheckpointReader::global_shape(const std::string& name) con
 
 void CheckpointReader::read(const std::string& name, at::Tensor out,
                             const std::vector<int64_t>& offsets) const {
+  const std::vector<int64_t> shape = global_shape(name);
+  STRATA_CHECK(static_cast<int64_t>(shape.size()) == out.dim(), "checkpoint tensor '", name,
+               "' has ", shape.size(), " dimensions, the model expects ", out.dim(),
+               "; it was written for another model");
+  const std::vector<int64_t> off = offsets.empty() ? std::vector<int64_t>(out.dim(), 0) : offsets;
+  for (int64_t d = 0; d < out.dim(); ++d)
+    STRATA_CHECK(off[d] >= 0 && off[d] + out.size(d) <= shape[d], "checkpoint tensor '", name,
+                 "' has shape ", c10::IntArrayRef(shape), ", which does not hold the region of ",
+                 out.sizes(), " at ", c10::IntArrayRef(off),
+                 "; it was written for another model");
+  read_runs(name, out, flat_runs(shape, off, out.sizes().vec()));
+}
+
+void CheckpointReader::read_flat(const std::string& name, at::Tensor out, int64_t offset) const {
+  int64_t numel = 1;
+  for (auto s : global_shape(name)) numel *= s;
+  STRATA_CHECK(offset >= 0 && offset + out.numel() <= numel, "checkpoint tensor '", name,
+               "' has ", numel, " elements, fewer than the ", offset + out.numel(),
+               " this run reads; it was written for another model");
+  read_runs(name, out, {{offset, 0, out.numel()}});
+}
+
+void CheckpointReader::read_runs(const std::string& name, at::Tensor out,
+                                 const std::vector<FlatRun>& want) const {
   auto range = entries_.equal_range(name);
   STRATA_CHECK(range.first != range.second, "checkpoint ", dir_, " has no tensor '", name,
                "'; it was written for another model or config");
-  const std::vector<int64_t> want_off =
-      offsets.empty() ? std::vector<int64_t>(out.dim(), 0) : offsets;
+  at::Tensor dst = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
+  at::Tensor dst_flat = dst.view({-1});
   int64_t covered = 0;
   for (auto it = range.first; it != range.second; ++it) {
     const Entry& e = it->second;
-    STRATA_CHECK(static_cast<int64_t>(e.shape.size()) == out.dim(), "checkpoint tensor '", name,
-                 "' has ", e.shape.size(), " dimensions, the model expects ", out.dim(),
-                 "; it was written for another model");
-    // Intersect the piece's box with the wanted box, dimension by dimension.
-    std::vector<int64_t> lo(out.dim()), len(out.dim());
-    bool empty = false;
-    for (int64_t d = 0; d < out.dim(); ++d) {
-      const int64_t a = std::max(e.offsets[d], want_off[d]);
-      const int64_t b = std::min(e.offsets[d] + e.shape[d], want_off[d] + out.size(d));
-      lo[d] = a;
-      len[d] = b - a;
-      empty |= len[d] <= 0;
+    const std::vector<FlatRun> have =
+        e.flat_offset >= 0
+            ? std::vector<FlatRun>{{e.flat_offset, 0, e.shape.empty() ? 1 : e.shape[0]}}
+            : flat_runs(e.global_shape, e.offsets, e.shape);
+    // Both run lists ascend in global position: merge them.
+    std::vector<std::array<int64_t, 3>> copies;  // (piece local, out local, length)
+    for (size_t a = 0, b = 0; a < have.size() && b < want.size();) {
+      const int64_t lo = std::max(have[a].global, want[b].global);
+      const int64_t hi = std::min(have[a].global + have[a].length, want[b].global + want[b].length);
+      if (lo < hi)
+        copies.push_back({have[a].local + lo - have[a].global, want[b].local + lo - want[b].global,
+                          hi - lo});
+      if (have[a].global + have[a].length < want[b].global + want[b].length)
+        ++a;
+      else
+        ++b;
     }
-    if (empty) continue;
+    if (copies.empty()) continue;
     std::string bytes(static_cast<size_t>(e.nbytes), '\0');
     std::ifstream in(dir_ + "/shard-" + std::to_string(e.shard) + ".bin", std::ios::binary);
     in.seekg(e.byte_offset);
@@ -204,17 +294,18 @@ void CheckpointReader::read(const std::string& name, at::Tensor out,
     STRATA_CHECK(in.good() && crc_of(bytes.data(), bytes.size()) == e.crc, "checkpoint ", dir_,
                  " is corrupt: tensor '", name, "' in shard ", e.shard,
                  " fails its checksum; resume from an older checkpoint");
-    at::Tensor piece = at::from_blob(bytes.data(), e.shape, dtype_from(e.dtype));
-    at::Tensor src = piece, dst = out;
-    for (int64_t d = 0; d < out.dim(); ++d) {
-      src = src.narrow(d, lo[d] - e.offsets[d], len[d]);
-      dst = dst.narrow(d, lo[d] - want_off[d], len[d]);
-    }
-    at::NoGradGuard no_grad;
-    dst.copy_(src);
     int64_t n = 1;
-    for (auto l : len) n *= l;
-    covered += n;
+    for (auto s : e.shape) n *= s;
+    at::Tensor piece = at::from_blob(bytes.data(), {n}, dtype_from(e.dtype));
+    at::NoGradGuard no_grad;
+    for (const auto& [src, to, len] : copies) {
+      dst_flat.narrow(0, to, len).copy_(piece.narrow(0, src, len));
+      covered += len;
+    }
+  }
+  if (!dst.is_same(out)) {
+    at::NoGradGuard no_grad;
+    out.copy_(dst);
   }
   STRATA_CHECK(covered == out.numel(), "checkpoint ", dir_, " covers ", covered, " of the ",
                out.numel(), " elements wanted of '", name, "'; shards are missing");

@@ -6,20 +6,17 @@
 #include <string>
 #include <vector>
 
-namespace strata {
+#include "strata/core/state.h"
 
-// One piece of a (possibly sharded) tensor: where it sits in the global tensor.
-struct TensorPiece {
-  std::string name;
-  at::Tensor tensor;                  // the piece (local shape)
-  std::vector<int64_t> global_shape;  // empty: the piece is the whole tensor
-  std::vector<int64_t> offsets;       // per dimension; empty: zeros
-};
+namespace strata {
 
 // Note [checkpoint layout]
 // <root>/step-00000100/ holds shard-<rank>.bin (raw bytes of that rank's pieces),
 // shard-<rank>.json (for each piece: name, dtype, global shape, offsets, local
-// shape, byte offset, length, CRC-32) and meta.json (step, config, layout, sampler).
+// shape or flat offset, byte offset, length, CRC-32) and meta.json (step, config,
+// layout, sampler). Each rank writes its own pieces only (Note [component state]),
+// streaming them one at a time: a save needs no more memory than one piece's
+// contiguous host copy.
 // A checkpoint describes shards, not layouts: a reader asks for a global region by
 // name and gets it assembled from whichever pieces overlap it. All files are
 // written under step-N.tmp/, fsynced, and the directory is renamed when every
@@ -38,25 +35,40 @@ void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::
 std::vector<std::string> remove_unfinished_checkpoints(const std::string& root);
 std::string resolve_checkpoint(const std::string& root, const std::string& spec);
 
-class CheckpointReader {
+// A contiguous run of a piece in the row-major flattened global tensor: global
+// elements [global, global + length) are the piece's flat elements [local, local +
+// length). A box piece is one run per row of its leading dimensions (one run when it
+// spans whole trailing dimensions), a flat piece one run. Pure; tested alone.
+struct FlatRun {
+  int64_t global = 0, local = 0, length = 0;
+};
+std::vector<FlatRun> flat_runs(const std::vector<int64_t>& global_shape,
+                               const std::vector<int64_t>& offsets,
+                               const std::vector<int64_t>& shape);
+
+class CheckpointReader : public PieceReader {
  public:
   explicit CheckpointReader(const std::string& dir);
+  const std::string& dir() const { return dir_; }
   const nlohmann::json& meta() const { return meta_; }
-  bool has(const std::string& name) const;
-  // Fills `out` (shaped like the region) with the global region starting at
-  // offsets (empty: the whole tensor), from all overlapping pieces; checks CRCs.
+  bool has(const std::string& name) const override;
+  // Reads check each piece's CRC-32; regions may span pieces of any ranks and kinds.
   void read(const std::string& name, at::Tensor out,
-            const std::vector<int64_t>& offsets = {}) const;
-  std::vector<int64_t> global_shape(const std::string& name) const;
+            const std::vector<int64_t>& offsets = {}) const override;
+  void read_flat(const std::string& name, at::Tensor out, int64_t offset) const override;
+  std::vector<int64_t> global_shape(const std::string& name) const override;
 
  private:
   struct Entry {
     int64_t shard;
     std::string dtype;
     std::vector<int64_t> global_shape, offsets, shape;
+    int64_t flat_offset;  // -1: a box
     int64_t byte_offset, nbytes;
     uint32_t crc;
   };
+  // Copies the stored elements overlapping the wanted runs into out (contiguous).
+  void read_runs(const std::string& name, at::Tensor out, const std::vector<FlatRun>& want) const;
   std::string dir_;
   nlohmann::json meta_;
   std::multimap<std::string, Entry> entries_;

@@ -21,9 +21,9 @@
 #include "strata/memory/process_memory.h"
 #include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
-#include "strata/models/build.h"
+#include "strata/parallel/pipeline/executor.h"
 #include "strata/train/checkpoint.h"
-#include "strata/train/plan.h"
+#include "strata/plan/plan.h"
 
 namespace strata {
 
@@ -96,71 +96,26 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   accum_ = plan.accum;
   const int64_t dp = dims.dp();
 
-  // Every rank builds the same initial weights from the seed; dropout then gets
-  // a per-rank stream (reseeded below).
-  at::manual_seed(static_cast<uint64_t>(t.seed));
   rss_base_ = rss_bytes();  // the runtime, libraries and data, before any model state
-  {
-    MemoryScope scope(Category::kParameters);
-    model_ = build_model(spec_);
-    model_->to(device_);
-  }
-  // Recompute wrapping, then precision (DESIGN.md's order), then DDP and optimizer.
-  model_->set_recompute(parse_recompute(cfg_.memory.recompute), cfg_.memory.recompute_k);
-  precision_ = parse_precision(cfg_.memory.precision);
-  compute_dtype_ = compute_dtype(precision_);
-  check_precision_supported(precision_, device_);
-  if (precision_ != Precision::kFp32 && cfg_.memory.master_weights) {
-    MemoryScope scope(Category::kParameters);
-    cast_model(*model_, compute_dtype_);
-  }
+  pm_ = parallelize(spec_, *mesh_, cfg_, device_);
+  schedule_ = single_stage_schedule(accum_);
   scaler_ = std::make_unique<LossScaler>(LossScalerOptions{
-      precision_ == Precision::kFp16, cfg_.memory.loss_scale_init, cfg_.memory.loss_scale_growth,
-      cfg_.memory.loss_scale_backoff, cfg_.memory.loss_scale_interval});
+      pm_.precision == Precision::kFp16, cfg_.memory.loss_scale_init,
+      cfg_.memory.loss_scale_growth, cfg_.memory.loss_scale_backoff,
+      cfg_.memory.loss_scale_interval});
+  scaler_->set_writes_state(info.rank == 0);
   inject_inf_steps_ = inject_inf_steps(info.rank);
-  // Frozen parameters (requires_grad false, e.g. BERT's pooler under the MLM loss)
-  // get no gradient buffer, no optimizer state and no all-reduce; they are still
-  // saved in checkpoints.
-  for (auto& item : model_->named_parameters()) {
-    if (item.value().requires_grad())
-      params_.push_back({item.key(), item.value()});
-    else
-      frozen_.push_back({item.key(), item.value()});
-  }
-  Comm& dp_comm = mesh_->comm(Axis::kDp);
-  if (p.zero > 0) {
-    if (dp_comm.size() == 1)
-      log_rank0("parallel.zero=", p.zero, " with dp=1: the one rank holds every shard, so ZeRO ",
-                "saves no memory here",
-                p.offload ? " (offload still moves the optimizer state to host memory)" : "");
-    // ZeRO broadcasts and checks like DDP, then shards; it owns the optimizer.
-    zero_ = std::make_unique<ZeroDataParallel>(model_, dp_comm, zero_options_from(cfg_));
-  } else if (dp_comm.size() > 1) {
-    // DDP broadcasts rank 0's weights, checks that every rank built the same model,
-    // and makes the gradients views into its buckets (they are tagged kGradients).
-    ddp_ = std::make_unique<DistributedDataParallel>(model_, dp_comm, ddp_options_from(p));
-  } else {
-    // Note [gradient buffers]: gradients are allocated once, before the first
-    // backward, and accumulated into in place; zero_grad zeroes them. So the
-    // gradients category is exactly the .grad buffers, and steady-state memory is
-    // the same from the first step on.
-    MemoryScope scope(Category::kGradients);
-    for (auto& np : params_) np.param.mutable_grad() = at::zeros_like(np.param);
-  }
-  if (!zero_) {
-    MemoryScope scope(Category::kOptimizer);
-    opt_ = std::make_unique<AdamW>(params_, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay},
-                                   /*master_weights=*/cfg_.memory.master_weights);
-  }
   if (info.rank == 0 && cfg_.logging.memory_timeline_steps > 0 && cfg_.memory.track) {
     // Added after ZeRO's hooks: its gathers come before the forward marks and its
     // frees after them.
     timeline_hooks_ = std::make_unique<TimelineBlockHooks>();
-    model_->add_block_hooks(timeline_hooks_.get());
+    pm_.parts[0]->add_block_hooks(timeline_hooks_.get());
   }
   at::manual_seed(static_cast<uint64_t>(t.seed) + 1 + static_cast<uint64_t>(info.rank));
   sampler_ = std::make_unique<DistributedSampler>(data_.train->size(), dp, dp_rank_,
                                                   static_cast<uint64_t>(t.seed));
+  sampler_state_ = std::make_unique<SamplerState>(*sampler_, dp, info.rank == 0);
+  rng_state_ = std::make_unique<RngState>(info.rank);
   ckpt_root_ =
       cfg_.checkpoint.dir.empty() ? cfg_.logging.run_dir + "/checkpoints" : cfg_.checkpoint.dir;
   if (info.rank == 0)
@@ -182,7 +137,13 @@ int Trainer::agreed_stop_signal() {
 }
 
 Trainer::~Trainer() {
-  if (timeline_hooks_) model_->remove_block_hooks(timeline_hooks_.get());
+  if (timeline_hooks_) pm_.parts[0]->remove_block_hooks(timeline_hooks_.get());
+}
+
+std::vector<Stateful*> Trainer::components() {
+  // The model first: it refuses an incompatible checkpoint before anything is read.
+  return {pm_.model_state.get(), pm_.optimizer.get(), pm_.grad_sync.get(), scaler_.get(),
+          sampler_state_.get(), rng_state_.get()};
 }
 
 void Trainer::print_startup() {
@@ -191,25 +152,21 @@ void Trainer::print_startup() {
   log_rank0("strata train: resolved config\n", table);
   log_rank0("layout      ", mesh_->dims().to_string(), ", ranks from ", info_.source, ", ",
             threads_, " threads per rank");
-  log_rank0("model       ", spec_.flavour, ": ", model_->num_parameters(), " parameters, ",
-            model_->num_blocks(), " blocks");
+  log_rank0("model       ", spec_.flavour, ": ", pm_.num_parameters(), " parameters, ",
+            spec_.n_layer > 0 ? spec_.n_layer : pm_.parts[0]->num_blocks(), " blocks");
   log_rank0("data        ", data_.description, ": ", data_.train->size(), " train samples");
-  if (ddp_)
-    log_rank0("ddp         ", ddp_->num_buckets(), " gradient buckets (cap ",
-              cfg_.parallel.bucket_cap_mb, " MiB, first ", cfg_.parallel.first_bucket_mb,
-              " MiB), comm hook ", ddp_->hook().name(),
-              cfg_.parallel.find_unused_parameters ? ", finds unused parameters" : "");
-  if (zero_) log_rank0("zero        ", zero_->describe());
+  log_rank0("sync        ", pm_.grad_sync->describe());
   const auto& me = cfg_.memory;
   log_rank0("memory      precision ", me.precision,
-            precision_ == Precision::kFp32 ? ""
-            : me.master_weights            ? " (half parameters and gradients, fp32 master weights)"
-                                           : " (fp32 parameters, half compute)",
+            pm_.precision == Precision::kFp32 ? ""
+            : me.master_weights ? " (half parameters and gradients, fp32 master weights)"
+                                : " (fp32 parameters, half compute)",
             scaler_->enabled() ? c10::str(", loss scale ", scaler_->scale()) : "", ", recompute ",
             me.recompute,
             me.recompute == "every-k" ? c10::str(" (k=", me.recompute_k, ")") : std::string(),
-            model_->segments().size() > 1 ? c10::str(", ", model_->segments().size(), " segments")
-                                          : std::string());
+            pm_.parts[0]->segments().size() > 1
+                ? c10::str(", ", pm_.parts[0]->segments().size(), " segments")
+                : std::string());
   log_rank0("batch       ", cfg_.training.batch_size, " global = ", micro_, " micro x ", accum_,
             " accumulation x ", mesh_->dims().dp(), " dp");
 }
@@ -235,16 +192,12 @@ Batch Trainer::to_device(Batch b) const {
 
 std::optional<double> Trainer::check_gradients(int64_t step) {
   for (int64_t s : inject_inf_steps_) {
-    if (s != step + 1 || params_.empty()) continue;
-    at::NoGradGuard no_grad;
-    if (zero_)
-      zero_->inject_inf();
-    else
-      params_[0].param.mutable_grad().view({-1}).narrow(0, 0, 1).fill_(INFINITY);
+    if (s != step + 1) continue;
+    pm_.grad_sync->inject_inf();
   }
   const double scale = scaler_->scale();
-  // Under ZeRO each rank holds a shard of the gradients: the norm is all-reduced.
-  const double norm2 = zero_ ? zero_->grad_norm_squared() : grad_norm_squared(params_);
+  // Sharded gradients (ZeRO) all-reduce their norm inside grad_norm_squared.
+  const double norm2 = pm_.grad_sync->grad_norm_squared();
   grad_norm_ = std::sqrt(norm2) / scale;
   skipped_ = false;
   if (scaler_->enabled()) {
@@ -267,45 +220,24 @@ std::optional<double> Trainer::check_gradients(int64_t step) {
 
 double Trainer::train_step(int64_t step) {
   const auto& t = cfg_.training;
-  double loss_sum = 0;
   const auto t0 = std::chrono::steady_clock::now();
   // The loss is multiplied by the loss scale (1 unless fp16) and divided over the
   // micro-steps, so the gradients are the scaled mean.
-  const double backward_factor = scaler_->scale() / static_cast<double>(accum_);
-  for (int64_t m = 0; m < accum_; ++m) {
-    MemoryScope scope(Category::kActivations);
-    Batch b = to_device(data_.train->get(sampler_->next(micro_)));
-    // Micro-steps before the last accumulate locally; the last one's backward
-    // reduces the sum over dp (DDP's no_sync).
-    std::optional<DistributedDataParallel::NoSync> no_sync;
-    if (ddp_ && m + 1 < accum_) no_sync.emplace(*ddp_);
-    if (zero_) zero_->set_sync(m + 1 == accum_);
-    STRATA_TIMELINE_MARK("micro[", m, "].forward.begin");
-    at::Tensor loss = forward_loss(b);
-    STRATA_TIMELINE_MARK("micro[", m, "].loss");
-    (loss * backward_factor).backward();
-    STRATA_TIMELINE_MARK("micro[", m, "].backward.end");
-    loss_sum += loss.item<double>();
-  }
+  StepContext ctx{pm_.parts, *pm_.grad_sync, device_.type(), pm_.compute_dtype,
+                  scaler_->scale() / static_cast<double>(accum_)};
+  const double loss_sum = run_stage_actions(schedule_[0], accum_, ctx, [&](int64_t) {
+    return to_device(data_.train->get(sampler_->next(micro_)));
+  });
+  pm_.grad_sync->finalize();
   const auto t1 = std::chrono::steady_clock::now();
   {
     // The gradient-norm pass and the update's transients are the optimizer's.
     MemoryScope scope(Category::kOptimizer);
     STRATA_TIMELINE_MARK("optimizer.begin");
-    if (auto factor = check_gradients(step)) {
-      const double lr = lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr);
-      if (zero_)
-        zero_->step(lr, *factor);
-      else
-        opt_->step(lr, *factor);
-    }
+    if (auto factor = check_gradients(step))
+      pm_.optimizer->step(lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr), *factor);
   }
-  if (zero_)
-    zero_->zero_grad();
-  else if (ddp_)
-    ddp_->zero_grad();  // Note [DDP zero_grad]
-  else
-    opt_->zero_grad();
+  pm_.grad_sync->zero_grad();  // Note [DDP zero_grad]
   STRATA_TIMELINE_MARK("optimizer.end");
   const auto t2 = std::chrono::steady_clock::now();
   phase_ms_ = {std::chrono::duration<double, std::milli>(t1 - t0).count(),
@@ -313,18 +245,10 @@ double Trainer::train_step(int64_t step) {
   return average_over_dp(loss_sum / static_cast<double>(accum_));
 }
 
-at::Tensor Trainer::forward_loss(const Batch& b) {
-  AutocastScope autocast(device_.type(), compute_dtype_);
-  auto f = [&] { return model_->forward_loss(b); };
-  if (zero_) return zero_->forward_loss(f);
-  if (ddp_) return ddp_->forward_loss(f);
-  return f();
-}
-
 double Trainer::evaluate() {
   if (!data_.eval) return NAN;
   at::NoGradGuard no_grad;
-  model_->eval();
+  for (auto& part : pm_.parts) part->eval();
   DistributedSampler s(data_.eval->size(), mesh_->dims().dp(), dp_rank_, 0, /*shuffle=*/false);
   const auto idx = s.epoch_indices(0);
   double sum = 0;
@@ -335,65 +259,47 @@ double Trainer::evaluate() {
     MemoryScope scope(Category::kActivations);
     std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin),
                                idx.begin() + static_cast<int64_t>(begin) + micro_);
-    sum += forward_loss(to_device(data_.eval->get(chunk))).item<double>();
+    const Batch batch = to_device(data_.eval->get(chunk));
+    AutocastScope autocast(device_.type(), pm_.compute_dtype);
+    sum += pm_.grad_sync->forward([&] { return pm_.parts[0]->forward_loss(batch); })
+               .item<double>();
     ++n;
   }
-  model_->train();
+  for (auto& part : pm_.parts) part->train();
   return average_over_dp(n ? sum / static_cast<double>(n) : NAN);
 }
 
 void Trainer::save(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t base = memory_stats().total;
+  reset_memory_peaks();
   const std::string tmp = ckpt_root_ + "/" + checkpoint_dir_name(step) + ".tmp";
+  // Every rank writes its own pieces; nobody gathers (Note [component state]).
   std::vector<TensorPiece> pieces;
-  // ZeRO gathers its shards (every rank takes part) into the same full tensors.
-  if (zero_) pieces = zero_->gathered_state();
-  if (info_.rank == 0 && !zero_) {
-    auto& st = opt_->state();
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& name = params_[i].name;
-      // The fp32 master when there is one: a checkpoint keeps full precision.
-      const at::Tensor& w = st[i].master.defined() ? st[i].master : params_[i].param;
-      pieces.push_back({"model." + name, w, {}, {}});
-      pieces.push_back({"optim." + name + ".exp_avg", st[i].exp_avg, {}, {}});
-      pieces.push_back({"optim." + name + ".exp_avg_sq", st[i].exp_avg_sq, {}, {}});
-      pieces.push_back({"optim." + name + ".step", at::full({1}, st[i].step, at::kLong), {}, {}});
-    }
-  }
-  if (info_.rank == 0) {
-    for (auto& np : frozen_) pieces.push_back({"model." + np.name, np.param, {}, {}});
-    // BatchNorm running statistics and other buffers: model state that is not a parameter.
-    for (auto& b : model_->named_buffers())
-      pieces.push_back({"buffer." + b.key(), b.value(), {}, {}});
-    if (scaler_->enabled()) {
-      const auto sc = scaler_->state();
-      pieces.push_back({"scaler.state",
-                        at::tensor({sc.scale, static_cast<double>(sc.growth_tracker),
-                                    static_cast<double>(sc.skipped)},
-                                   at::kDouble),
-                        {},
-                        {}});
-    }
-  }
-  at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
-  pieces.push_back({"rng.cpu.rank" + std::to_string(info_.rank), rng, {}, {}});
+  for (Stateful* c : components()) c->save_state(pieces);
   if (info_.rank == 0) fs::create_directories(tmp);
   Comm& world = mesh_->comm(Axis::kWorld);
   world.barrier();
   write_shard(tmp, info_.rank, pieces);
+  pieces.clear();
   world.barrier();
   if (info_.rank == 0) {
-    auto s = sampler_->state();
     nlohmann::json meta = {
-        {"format", 1},
+        {"format", 2},
         {"step", step},
-        {"sampler", {{"epoch", s.epoch}, {"offset", s.offset}}},
         {"layout",
          {{"dp", mesh_->dims().dp()}, {"tp", mesh_->dims().tp()}, {"pp", mesh_->dims().pp()}}},
+        {"zero", cfg_.parallel.zero},
         {"world_size", info_.world_size},
         {"config", config_toml(cfg_)}};
     finalize_checkpoint(ckpt_root_, step, meta, cfg_.checkpoint.keep);
   }
   world.barrier();
+  save_stats_ = {
+      {"ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                 .count()},
+      {"mem_before", base},
+      {"mem_peak", memory_stats().total_peak}};
 }
 
 void Trainer::resume() {
@@ -403,48 +309,17 @@ void Trainer::resume() {
     return;
   }
   CheckpointReader r(dir);
-  const auto& layout = r.meta()["layout"];
-  STRATA_CHECK(layout["dp"] == mesh_->dims().dp() && layout["tp"] == mesh_->dims().tp() &&
-                   layout["pp"] == mesh_->dims().pp(),
-               "checkpoint ", dir, " was written with dp=", layout["dp"].dump(),
-               " tp=", layout["tp"].dump(), " pp=", layout["pp"].dump(), " but this run is ",
-               mesh_->dims().to_string(), "; resume with the same layout");
-  if (zero_) zero_->load_state(r);
-  for (size_t i = 0; opt_ && i < params_.size(); ++i) {
-    auto& st = opt_->state();
-    const auto& name = params_[i].name;
-    if (st[i].master.defined()) {
-      r.read("model." + name, st[i].master);
-      at::NoGradGuard no_grad;
-      params_[i].param.copy_(st[i].master);
-    } else {
-      r.read("model." + name, params_[i].param);
-    }
-    r.read("optim." + name + ".exp_avg", st[i].exp_avg);
-    r.read("optim." + name + ".exp_avg_sq", st[i].exp_avg_sq);
-    at::Tensor s = at::zeros({1}, at::kLong);
-    r.read("optim." + name + ".step", s);
-    st[i].step = s.item<int64_t>();
-  }
-  for (auto& np : frozen_) r.read("model." + np.name, np.param);
-  if (scaler_->enabled()) {
-    STRATA_CHECK(r.has("scaler.state"), "checkpoint ", dir,
-                 " has no loss-scaler state (it was not written by an fp16 run); resume with "
-                 "the precision it was written with");
-    at::Tensor sc = at::zeros({3}, at::kDouble);
-    r.read("scaler.state", sc);
-    scaler_->set_state({sc[0].item<double>(), static_cast<int64_t>(sc[1].item<double>()),
-                        static_cast<int64_t>(sc[2].item<double>())});
-  }
-  for (auto& b : model_->named_buffers()) r.read("buffer." + b.key(), b.value());
-  const std::string rng_name = "rng.cpu.rank" + std::to_string(info_.rank);
-  at::Tensor rng = at::empty(r.global_shape(rng_name), at::kByte);
-  r.read(rng_name, rng);
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  gen.set_state(rng);
-  sampler_->set_state({r.meta()["sampler"]["epoch"], r.meta()["sampler"]["offset"]});
+  STRATA_CHECK(r.meta().value("format", 1) >= 2, "checkpoint ", dir,
+               " was written by an earlier Strata (format 1: gathered, one layout); resume it "
+               "with the release that wrote it");
+  // Any layout loads any other: each component reads the pieces it needs now.
+  for (Stateful* c : components()) c->load_state(r);
   start_step_ = r.meta()["step"];
-  log_rank0("resumed from ", dir, " at step ", start_step_);
+  const auto& l = r.meta()["layout"];
+  log_rank0("resumed from ", dir, " at step ", start_step_, " (written at dp=", l["dp"].dump(),
+            " tp=", l["tp"].dump(), " pp=", l["pp"].dump(), " zero=", r.meta().value("zero", 0),
+            "; now ", mesh_->dims().to_string(), " zero=", cfg_.parallel.zero, ")",
+            rng_state_->restored() ? "" : "; this rank's dropout stream starts fresh");
 }
 
 void Trainer::write_timeline(int64_t step, const std::vector<TimelineSample>& samples) {
@@ -478,8 +353,9 @@ TrainSummary Trainer::run() {
     out.metrics_path = log->path();
   }
   Progress progress(cfg_.logging.progress, t.steps, cfg_.logging.log_interval, info_.rank == 0);
-  const double tokens_per_step = static_cast<double>(t.batch_size * model_->tokens_per_sample());
-  const double flops_per_step = model_->flops_per_sample() * static_cast<double>(t.batch_size);
+  Model& model = *pm_.parts[0];
+  const double tokens_per_step = static_cast<double>(t.batch_size * model.tokens_per_sample());
+  const double flops_per_step = model.flops_per_sample() * static_cast<double>(t.batch_size);
   auto run_start = std::chrono::steady_clock::now();
   CommStats::get().take();
   for (int64_t step = start_step_; step < t.steps; ++step) {
@@ -533,22 +409,8 @@ TrainSummary Trainer::run() {
       rec["skipped"] = skipped_;
       rec["skipped_steps"] = scaler_->state().skipped;
     }
-    if (ddp_) {
-      const DdpStats d = ddp_->take_stats();
-      rec["ddp"] = {{"bytes_sent", d.bytes_sent},
-                    {"bytes_uncompressed", d.bytes_uncompressed},
-                    {"comm_ms", d.comm_ms},
-                    {"hidden_fraction", d.hidden_fraction()}};
-    }
-    if (zero_) {
-      const ZeroStats z = zero_->take_stats();
-      rec["zero"] = {{"stage", zero_->stage()},
-                     {"gathers", z.gathers},
-                     {"reduce_scatters", z.reduce_scatters},
-                     {"bytes_gathered", z.bytes_gathered},
-                     {"bytes_reduced", z.bytes_reduced},
-                     {"wait_ms", z.wait_ms}};
-    }
+    const nlohmann::json sync_stats = pm_.grad_sync->stats();
+    if (sync_stats.is_object()) rec.update(sync_stats);
     if (auto dev = device_.is_cuda() ? cuda_memory_stats(device_.index()) : std::nullopt) {
       rec["cuda_mem"] = {{"allocated", dev->allocated},
                          {"peak_allocated", dev->peak_allocated},
@@ -562,8 +424,6 @@ TrainSummary Trainer::run() {
       out.eval_loss = ev;
       progress.message(c10::str("step ", step + 1, ": eval loss ", ev));
     }
-    if (log) log->write(rec);
-    progress.update(step + 1, loss, tokens_per_step / secs, lr, eta);
     const bool periodic =
         cfg_.checkpoint.interval > 0 && (step + 1) % cfg_.checkpoint.interval == 0;
     const int stop = last ? 0 : agreed_stop_signal();
@@ -571,7 +431,10 @@ TrainSummary Trainer::run() {
     if (periodic || (last && cfg_.checkpoint.save_final) || (stop && checkpointing)) {
       save(step + 1);
       out.checkpoint_dir = ckpt_root_ + "/" + checkpoint_dir_name(step + 1);
+      rec["checkpoint"] = save_stats_;
     }
+    if (log) log->write(rec);
+    progress.update(step + 1, loss, tokens_per_step / secs, lr, eta);
     if (stop) {
       out.stop_signal = stop;
       progress.message(c10::str("stopping after step ", step + 1, " on ",

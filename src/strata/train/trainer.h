@@ -6,18 +6,16 @@
 #include <vector>
 
 #include "strata/core/config.h"
-#include "strata/dist/mesh.h"
-#include "strata/dist/rendezvous.h"
+#include "strata/distributed/mesh.h"
+#include "strata/distributed/rendezvous.h"
 #include "strata/memory/loss_scaler.h"
-#include "strata/memory/precision.h"
 #include "strata/memory/timeline.h"
-#include "strata/models/model.h"
-#include "strata/parallel/data/ddp.h"
-#include "strata/parallel/zero/zero.h"
+#include "strata/parallel/parallelize.h"
+#include "strata/parallel/pipeline/schedule.h"
 #include "strata/train/data/sampler.h"
 #include "strata/train/data/source.h"
 #include "strata/train/metrics.h"
-#include "strata/train/optimizer.h"
+#include "strata/train/run_state.h"
 #include "strata/train/timeline_hooks.h"
 
 namespace strata {
@@ -31,18 +29,16 @@ struct TrainSummary {
 };
 
 // The training loop for one rank: set-up in the order of DESIGN.md (layout, mesh,
-// data, model, optimizer, resume), then steps of micro-batches with gradient
-// accumulation, gradient averaging over dp, clipping, AdamW, metrics, periodic
-// evaluation and checkpoints.
+// data, parallelize(), resume), then steps: the schedule over the micro-batches,
+// grad_sync.finalize(), unscale and clip, optimizer.step(), metrics from each
+// component's stats, periodic evaluation and checkpoints. It holds no strategy
+// branch: data parallelism is a GradSync, the update an Optimizer (Note [GradSync]).
 class Trainer {
  public:
   Trainer(Config cfg, const WorldInfo& info);
   ~Trainer();
   TrainSummary run();
 
-  Model& model() { return *model_; }
-  DistributedDataParallel* ddp() { return ddp_.get(); }
-  ZeroDataParallel* zero() { return zero_.get(); }
   int64_t grad_accum() const { return accum_; }
 
  private:
@@ -58,7 +54,8 @@ class Trainer {
   // optimizer applies to the gradients, or nothing when the step is skipped.
   std::optional<double> check_gradients(int64_t step);
   Batch to_device(Batch b) const;
-  at::Tensor forward_loss(const Batch& b);
+  // Every component that takes part in checkpoints, in load order.
+  std::vector<Stateful*> components();
   void write_timeline(int64_t step, const std::vector<TimelineSample>& samples);
 
   Config cfg_;
@@ -66,16 +63,12 @@ class Trainer {
   std::unique_ptr<Mesh> mesh_;
   DataSource data_;
   ModelSpec spec_;
-  std::shared_ptr<Model> model_;
-  std::vector<NamedParam> params_;  // trainable
-  std::vector<NamedParam> frozen_;
-  std::unique_ptr<DistributedDataParallel> ddp_;        // dp > 1, zero = 0
-  std::unique_ptr<ZeroDataParallel> zero_;              // zero >= 1 (it owns the optimizer)
-  std::unique_ptr<AdamW> opt_;                          // without ZeRO
+  ParallelModel pm_;
+  std::vector<StageActions> schedule_;                  // this step's actions per stage
   std::unique_ptr<TimelineBlockHooks> timeline_hooks_;  // rank 0 with a memory timeline
   std::unique_ptr<DistributedSampler> sampler_;
-  Precision precision_ = Precision::kFp32;
-  at::ScalarType compute_dtype_ = at::kFloat;
+  std::unique_ptr<SamplerState> sampler_state_;
+  std::unique_ptr<RngState> rng_state_;
   std::unique_ptr<LossScaler> scaler_;
   double grad_norm_ = 0;
   bool skipped_ = false;                   // the last step was skipped (inf/NaN gradients)
@@ -84,6 +77,7 @@ class Trainer {
   double peak_flops_ = 0;
   int64_t rss_base_ = 0;              // process RSS before the model was built
   std::array<double, 2> phase_ms_{};  // last step: forward+backward (with DDP sync), clip+optimizer
+  nlohmann::json save_stats_;         // the last checkpoint's time and memory
   at::Device device_{at::kCPU};
   std::string ckpt_root_;
 };

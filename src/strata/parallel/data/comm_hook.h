@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "strata/dist/comm.h"
+#include "strata/distributed/comm.h"
 
 namespace strata {
 

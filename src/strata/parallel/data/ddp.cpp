@@ -178,7 +178,7 @@ void DistributedDataParallel::mark_ready(int64_t i) {
   const auto ui = static_cast<size_t>(i);
   if (!in_step_) {
     in_step_ = true;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
   }
   STRATA_CHECK(!ready_[ui], "DDP: parameter ", names_[ui],
                " got its gradient twice in one backward (it is reached twice, e.g. by a "
@@ -230,7 +230,7 @@ void DistributedDataParallel::launch_ready_buckets() {
   }
 }
 
-void DistributedDataParallel::finalize() {
+void DistributedDataParallel::finish_backward() {
   std::lock_guard<std::mutex> lock(mu_);
   backward_end_ = std::chrono::steady_clock::now();
   std::vector<std::string> missing;
@@ -343,6 +343,45 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_names() co
     for (int64_t i : b.params) out.back().push_back(names_[static_cast<size_t>(i)]);
   }
   return out;
+}
+
+std::string DistributedDataParallel::describe() const {
+  return c10::str("DDP over dp=", comm_.size(), ": ", buckets_.size(), " gradient buckets (cap ",
+                  opts_.bucket_cap_mb, " MiB, first ", opts_.first_bucket_mb, " MiB), comm hook ",
+                  hook_->name(), opts_.find_unused_parameters ? ", finds unused parameters" : "");
+}
+
+void DistributedDataParallel::set_sync(bool sync) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sync_ = sync;
+}
+
+void DistributedDataParallel::finalize() {
+  // The synchronized backward's final callback waited for every bucket.
+  std::lock_guard<std::mutex> lock(mu_);
+  STRATA_ASSERT(!in_step_, "DDP finalize() while a synchronized backward is unfinished");
+}
+
+double DistributedDataParallel::grad_norm_squared() {
+  // Gradients are the dp average on every rank: the local norm is the global one.
+  std::vector<NamedParam> ps;
+  for (size_t i = 0; i < params_.size(); ++i) ps.push_back({names_[i], params_[i]});
+  return strata::grad_norm_squared(ps);
+}
+
+nlohmann::json DistributedDataParallel::stats() {
+  const DdpStats d = take_stats();
+  return {{"ddp",
+           {{"bytes_sent", d.bytes_sent},
+            {"bytes_uncompressed", d.bytes_uncompressed},
+            {"comm_ms", d.comm_ms},
+            {"hidden_fraction", d.hidden_fraction()}}}};
+}
+
+void DistributedDataParallel::inject_inf() {
+  if (params_.empty()) return;
+  at::NoGradGuard no_grad;
+  params_[0].mutable_grad().view({-1}).narrow(0, 0, 1).fill_(INFINITY);
 }
 
 }  // namespace strata

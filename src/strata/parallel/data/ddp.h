@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "strata/core/config.h"
-#include "strata/dist/comm.h"
+#include "strata/distributed/comm.h"
 #include "strata/parallel/data/comm_hook.h"
+#include "strata/parallel/grad_sync.h"
 #include "strata/parallel/replicate.h"
 
 namespace torch::autograd {
@@ -60,10 +61,10 @@ struct DdpStats {
 //   DistributedDataParallel ddp(model, mesh.comm(Axis::kDp), ddp_options_from(cfg));
 //   at::Tensor loss = ddp.forward_loss([&] { return model->forward_loss(batch); });
 //   loss.backward();  // gradients averaged over the dp group on return
-class DistributedDataParallel {
+class DistributedDataParallel : public GradSync {
  public:
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, Comm& comm, DdpOptions opts);
-  ~DistributedDataParallel();
+  ~DistributedDataParallel() override;
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
@@ -82,6 +83,15 @@ class DistributedDataParallel {
     return out;
   }
 
+  // GradSync (Note [GradSync]): set_sync(false) is a NoSync scope left open.
+  std::string describe() const override;
+  at::Tensor forward(const std::function<at::Tensor()>& f) override { return forward_loss(f); }
+  void set_sync(bool sync) override;
+  void finalize() override;
+  double grad_norm_squared() override;
+  nlohmann::json stats() override;
+  void inject_inf() override;
+
   // While a NoSync is alive, backward accumulates gradients without communicating.
   class NoSync {
    public:
@@ -98,7 +108,7 @@ class DistributedDataParallel {
   // and the ready hook copies it into the bucket (one read and one write), instead
   // of zeroing the bucket and adding into it (one write, then two reads and a write).
   // After a synchronized backward every .grad is its bucket view again.
-  void zero_grad();
+  void zero_grad() override;
 
   DdpStats take_stats();
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
@@ -112,7 +122,7 @@ class DistributedDataParallel {
   void mark_ready(int64_t param);
   void launch_ready_buckets();
   void adopt_grad(size_t i);  // makes .grad of parameter i its bucket view (copying)
-  void finalize();
+  void finish_backward();
   void rebuild_from_ready_order();
   void reset_step();
 

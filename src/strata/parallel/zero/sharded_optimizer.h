@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/train/optimizer.h"
+#include "strata/optim/adamw.h"
 
 namespace strata {
 

@@ -239,7 +239,7 @@ void ZeroDataParallel::on_backward_start() {
   ready_.assign(params_.size(), 0);
   for (auto& u : units_) u->pending = u->num_params;
   next_launch_ = 0;
-  torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
   const auto last = static_cast<int64_t>(units_.size()) - 2;
   if (opts_.stage == 3 && opts_.prefetch && last >= 0) start_gather(last);
 }
@@ -345,7 +345,7 @@ void ZeroDataParallel::complete_reduce(Group& g) {
   STRATA_TIMELINE_MARK("zero.reduce.done");
 }
 
-void ZeroDataParallel::finalize() {
+void ZeroDataParallel::finish_backward() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (sync_ || reduces_every_micro_step(opts_.stage)) {
     // Parameters that got no gradient in this backward take part with what they
@@ -482,70 +482,66 @@ ZeroStats ZeroDataParallel::take_stats() {
 
 // ---- checkpoints ----------------------------------------------------------------
 
-std::vector<TensorPiece> ZeroDataParallel::gathered_state() {
-  std::vector<TensorPiece> out;
-  at::NoGradGuard no_grad;
-  MemoryScope scope(Category::kCommBuffers);
-  for (auto& g : groups_) {
-    const auto& l = g->layout;
-    // Three fp32 shards (values, exp_avg, exp_avg_sq) gathered as one.
-    at::Tensor mine = at::zeros({3, l.shard}, at::kFloat);
-    int64_t steps = 0;
-    for (size_t k = g->piece_begin; k < g->piece_end; ++k) {
-      const int64_t off = opt_->piece(k).shard_offset, len = opt_->piece(k).length;
-      mine[0].narrow(0, off, len).copy_(opt_->master(k));
-      mine[1].narrow(0, off, len).copy_(opt_->state(k).exp_avg);
-      mine[2].narrow(0, off, len).copy_(opt_->state(k).exp_avg_sq);
-      steps = std::max(steps, opt_->state(k).step);
-    }
-    at::Tensor all = at::empty({comm_.size(), 3, l.shard}, at::kFloat);
-    at::Tensor all_flat = all.view({-1}), mine_flat = mine.view({-1});
-    comm_.all_gather(all_flat, mine_flat).wait();
-    at::Tensor step_t = at::full({1}, steps, at::kLong);
-    comm_.all_reduce(step_t, c10d::ReduceOp::MAX).wait();
-    if (comm_.rank() != 0) continue;
-    // (3, world * shard): each row the full flat buffer.
-    at::Tensor full = all.permute({1, 0, 2}).reshape({3, l.padded});
-    for (size_t k = 0; k < g->params.size(); ++k) {
-      const at::Tensor& p = params_[static_cast<size_t>(g->params[k])];
-      const std::string& name = names_[static_cast<size_t>(g->params[k])];
-      auto slice = [&](int64_t row) {
-        return full[row].narrow(0, l.offsets[k], l.numels[k]).view(p.sizes());
-      };
-      out.push_back({"model." + name, slice(0), {}, {}});
-      out.push_back({"optim." + name + ".exp_avg", slice(1), {}, {}});
-      out.push_back({"optim." + name + ".exp_avg_sq", slice(2), {}, {}});
-      out.push_back({"optim." + name + ".step", step_t.clone(), {}, {}});
-    }
-  }
-  return out;
+void ZeroDataParallel::finalize() {
+  // Every reduction was waited for in backward's final callback.
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  STRATA_ASSERT(reducing_.empty() && !in_backward_,
+                "ZeRO finalize() while reductions are still in flight");
 }
 
-void ZeroDataParallel::load_state(const CheckpointReader& r) {
+nlohmann::json ZeroDataParallel::stats() {
+  const ZeroStats z = take_stats();
+  return {{"zero",
+           {{"stage", opts_.stage},
+            {"gathers", z.gathers},
+            {"reduce_scatters", z.reduce_scatters},
+            {"bytes_gathered", z.bytes_gathered},
+            {"bytes_reduced", z.bytes_reduced},
+            {"wait_ms", z.wait_ms}}}};
+}
+
+void ZeroDataParallel::save_optimizer_state(std::vector<TensorPiece>& out) {
+  // Nothing is gathered: each piece is a view of what this rank holds (Note [ZeRO]).
+  for (size_t k = 0; k < opt_->size(); ++k) {
+    const ShardPiece& pc = opt_->piece(k);
+    if (pc.length == 0) continue;
+    const auto i = static_cast<size_t>(std::find(names_.begin(), names_.end(), pc.name) -
+                                       names_.begin());
+    const std::vector<int64_t> shape = params_[i].sizes().vec();
+    auto flat = [&](const std::string& name, const at::Tensor& t) {
+      out.push_back({name, t, shape, {}, pc.offset});
+    };
+    flat("model." + pc.name, opt_->master(k));
+    flat("optim." + pc.name + ".exp_avg", opt_->state(k).exp_avg);
+    flat("optim." + pc.name + ".exp_avg_sq", opt_->state(k).exp_avg_sq);
+    if (pc.offset == 0)
+      out.push_back(
+          {"optim." + pc.name + ".step", at::full({1}, opt_->state(k).step, at::kLong), {}, {}});
+  }
+}
+
+void ZeroDataParallel::load_optimizer_state(const PieceReader& in) {
   at::NoGradGuard no_grad;
-  for (auto& g : groups_) {
-    for (size_t k = 0; k < g->params.size(); ++k) {
-      const size_t i = static_cast<size_t>(g->params[k]);
-      const std::string& name = names_[i];
+  for (size_t i = 0; i < params_.size(); ++i) {
+    in.expect_shape("model." + names_[i], params_[i].sizes().vec());
+    if (opts_.stage < 3) {
+      // Every rank holds the full parameters below stage 3: one at a time.
       at::Tensor v = at::empty(params_[i].sizes(), at::kFloat);
-      at::Tensor m = at::empty_like(v), s = at::empty_like(v), st = at::zeros({1}, at::kLong);
-      r.read("model." + name, v);
-      r.read("optim." + name + ".exp_avg", m);
-      r.read("optim." + name + ".exp_avg_sq", s);
-      r.read("optim." + name + ".step", st);
-      if (opts_.stage < 3) params_[i].copy_(v);  // the full parameters every rank holds
-      for (size_t piece = g->piece_begin; piece < g->piece_end; ++piece) {
-        const ShardPiece& pc = opt_->piece(piece);
-        if (pc.name != name) continue;
-        auto part = [&](const at::Tensor& t) {
-          return t.view({-1}).narrow(0, pc.offset, pc.length);
-        };
-        opt_->set_value(piece, part(v));
-        opt_->state(piece).exp_avg.copy_(part(m));
-        opt_->state(piece).exp_avg_sq.copy_(part(s));
-        opt_->state(piece).step = st.item<int64_t>();
-      }
+      in.read("model." + names_[i], v);
+      params_[i].copy_(v);
     }
+  }
+  for (size_t k = 0; k < opt_->size(); ++k) {
+    const ShardPiece& pc = opt_->piece(k);
+    if (pc.length == 0) continue;
+    at::Tensor v = at::empty({pc.length}, at::kFloat);
+    in.read_flat("model." + pc.name, v, pc.offset);
+    opt_->set_value(k, v);
+    in.read_flat("optim." + pc.name + ".exp_avg", opt_->state(k).exp_avg, pc.offset);
+    in.read_flat("optim." + pc.name + ".exp_avg_sq", opt_->state(k).exp_avg_sq, pc.offset);
+    at::Tensor st = at::zeros({1}, at::kLong);
+    in.read("optim." + pc.name + ".step", st);
+    opt_->state(k).step = st.item<int64_t>();
   }
 }
 

@@ -6,12 +6,13 @@
 #include <vector>
 
 #include "strata/core/config.h"
-#include "strata/dist/comm.h"
+#include "strata/distributed/comm.h"
 #include "strata/models/model.h"
+#include "strata/optim/optimizer.h"
+#include "strata/parallel/grad_sync.h"
 #include "strata/parallel/replicate.h"
 #include "strata/parallel/zero/flat_layout.h"
 #include "strata/parallel/zero/sharded_optimizer.h"
-#include "strata/train/checkpoint.h"
 
 namespace strata {
 
@@ -59,15 +60,16 @@ struct ZeroStats {
 // L-1..0, then the root), each once its unit and all before it are done.
 // Offload keeps the optimizer state and fp32 masters in host memory and steps there
 // (ZeRO-Offload); at stage 3 the host masters are the only copy of the parameters
-// between uses. Checkpoints are gathered: the same names and shapes as without ZeRO,
-// so a run can resume with any stage.
+// between uses. Checkpoints are not gathered: each rank writes its pieces as flat
+// ranges of the same global tensors ("model.<name>" fp32, "optim.<name>.*") that a run
+// without ZeRO writes whole, so any layout reads them back (Note [component state]).
 //
 // Usage (as DistributedDataParallel):
 //   ZeroDataParallel zero(model, mesh.comm(Axis::kDp), opts);
 //   at::Tensor loss = zero.forward_loss([&] { return model->forward_loss(batch); });
 //   loss.backward();  // this rank's gradient shard holds the dp average on return
 //   zero.step(lr, factor);
-class ZeroDataParallel : public BlockHooks {
+class ZeroDataParallel : public BlockHooks, public GradSync {
  public:
   ZeroDataParallel(std::shared_ptr<Model> model, Comm& comm, ZeroOptions opts);
   ~ZeroDataParallel() override;
@@ -83,25 +85,29 @@ class ZeroDataParallel : public BlockHooks {
   }
   // Stage 1: whether this micro-step's backward reduces (false: gradients only
   // accumulate locally, as DDP's no_sync). Stages 2 and 3 reduce every micro-step.
-  void set_sync(bool sync) { sync_ = sync; }
+  void set_sync(bool sync) override { sync_ = sync; }
+  at::Tensor forward(const std::function<at::Tensor()>& f) override { return forward_loss(f); }
+  void finalize() override;
+  nlohmann::json stats() override;
 
   // Squared L2 norm of the averaged gradients over all shards (an all-reduce).
-  double grad_norm_squared();
+  double grad_norm_squared() override;
   // AdamW on this rank's shard with the gradients times grad_scale, then (stages 1
   // and 2) the updated shards are all-gathered into the full parameters.
   void step(double lr, double grad_scale);
-  void zero_grad();
+  void zero_grad() override;
   // For tests (Note [injected overflow]): an inf in this rank's first gradient element.
-  void inject_inf();
+  void inject_inf() override;
 
-  // Full tensors for a checkpoint, gathered: "model.<name>" (fp32 masters),
-  // "optim.<name>.exp_avg|exp_avg_sq|step". Every rank must call it; only rank 0
-  // gets pieces back.
-  std::vector<TensorPiece> gathered_state();
-  void load_state(const CheckpointReader& r);
+  // The optimizer's checkpoint pieces: this rank's shard of "model.<name>" (fp32) and
+  // "optim.<name>.exp_avg|exp_avg_sq" as flat ranges, and "optim.<name>.step" from the
+  // rank holding the parameter's first element. Loading reads this rank's ranges from
+  // whatever layout wrote them (and, below stage 3, the full parameters).
+  void save_optimizer_state(std::vector<TensorPiece>& out);
+  void load_optimizer_state(const PieceReader& in);
 
   ZeroStats take_stats();
-  std::string describe() const;
+  std::string describe() const override;
   int64_t stage() const { return opts_.stage; }
 
   // BlockHooks (stage 3)
@@ -119,7 +125,7 @@ class ZeroDataParallel : public BlockHooks {
   void launch_ready_units();
   void launch_reduce(Unit& u);
   void complete_reduce(Group& g);
-  void finalize();
+  void finish_backward();
   void start_gather(int64_t unit);
   void ensure_gathered(int64_t unit);
   void release(int64_t unit);
@@ -145,6 +151,20 @@ class ZeroDataParallel : public BlockHooks {
   int64_t next_launch_ = 0;       // index into the launch order (units L-1..0, root)
   std::deque<int64_t> reducing_;  // groups whose reduce-scatter is in flight, oldest first
   ZeroStats stats_;
+};
+
+// The Optimizer a ZeRO run holds: AdamW over this rank's shards, stepped and
+// checkpointed through the ZeroDataParallel that owns them.
+class ZeroOptimizer : public Optimizer {
+ public:
+  explicit ZeroOptimizer(ZeroDataParallel& zero) : zero_(zero) {}
+  void step(double lr, double grad_scale) override { zero_.step(lr, grad_scale); }
+  std::string describe() const override { return "AdamW over this rank's ZeRO shards"; }
+  void save_state(std::vector<TensorPiece>& out) override { zero_.save_optimizer_state(out); }
+  void load_state(const PieceReader& in) override { zero_.load_optimizer_state(in); }
+
+ private:
+  ZeroDataParallel& zero_;
 };
 
 }  // namespace strata

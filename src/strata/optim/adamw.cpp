@@ -1,4 +1,4 @@
-#include "strata/train/optimizer.h"
+#include "strata/optim/adamw.h"
 
 #include <ATen/ATen.h>
 
@@ -159,6 +159,47 @@ double grad_norm_squared(const std::vector<NamedParam>& params) {
     }
   }
   return acc.defined() ? acc.item<double>() : 0.0;
+}
+
+std::string AdamW::describe() const {
+  int64_t masters = 0;
+  for (const auto& st : state_) masters += st.master.defined() ? 1 : 0;
+  return c10::str("AdamW over ", params_.size(), " tensors",
+                  masters ? c10::str(", ", masters, " fp32 masters") : std::string());
+}
+
+void AdamW::save_state(std::vector<TensorPiece>& out) {
+  if (!writes_state_) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& name = params_[i].name;
+    if (std::find(not_saved_.begin(), not_saved_.end(), name) != not_saved_.end()) continue;
+    // The fp32 master when there is one: a checkpoint keeps full precision.
+    const at::Tensor& w = state_[i].master.defined() ? state_[i].master : params_[i].param;
+    out.push_back({"model." + name, w, {}, {}});
+    out.push_back({"optim." + name + ".exp_avg", state_[i].exp_avg, {}, {}});
+    out.push_back({"optim." + name + ".exp_avg_sq", state_[i].exp_avg_sq, {}, {}});
+    out.push_back({"optim." + name + ".step", at::full({1}, state_[i].step, at::kLong), {}, {}});
+  }
+}
+
+void AdamW::load_state(const PieceReader& in) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& name = params_[i].name;
+    in.expect_shape("model." + name, params_[i].param.sizes().vec());
+    State& st = state_[i];
+    if (st.master.defined()) {
+      in.read("model." + name, st.master);
+      params_[i].param.copy_(st.master);
+    } else {
+      in.read("model." + name, params_[i].param);
+    }
+    in.read("optim." + name + ".exp_avg", st.exp_avg);
+    in.read("optim." + name + ".exp_avg_sq", st.exp_avg_sq);
+    at::Tensor s = at::zeros({1}, at::kLong);
+    in.read("optim." + name + ".step", s);
+    st.step = s.item<int64_t>();
+  }
 }
 
 }  // namespace strata

@@ -1,7 +1,7 @@
 // Compiled only with STRATA_CUDA=ON (see CMakeLists.txt: *_cuda.cpp).
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
-#include "strata/dist/backend.h"
+#include "strata/distributed/backend.h"
 
 namespace strata {
 

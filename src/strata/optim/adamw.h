@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "strata/memory/multi_tensor.h"
+#include "strata/optim/optimizer.h"
 
 namespace strata {
 
@@ -37,9 +38,18 @@ struct AdamWOptions {
 // With master_weights, each parameter that is not fp32 gets an fp32 master copy that
 // the update is applied to and then copied back (rounded) into the parameter; its
 // half gradient is widened to fp32 one tensor at a time (Note [mixed precision]).
-class AdamW {
+class AdamW : public Optimizer {
  public:
   AdamW(std::vector<NamedParam> params, AdamWOptions opts, bool master_weights = false);
+  void step(double lr, double grad_scale) override { step(lr, grad_scale, 0, SIZE_MAX); }
+  void step(double lr) { step(lr, 1.0); }
+  std::string describe() const override;
+  // Checkpoint pieces (Note [component state]): the whole tensors, written by one of
+  // the replicas (writes_state); copies owned by another stage are left to it.
+  void save_state(std::vector<TensorPiece>& out) override;
+  void load_state(const PieceReader& in) override;
+  void set_writes_state(bool writes) { writes_state_ = writes; }
+  void set_not_saved(std::vector<std::string> names) { not_saved_ = std::move(names); }
 
   // One update with learning rate lr on the gradients times grad_scale (loss-scale
   // unscaling and clipping in one factor; fp32 gradients are scaled in place, as
@@ -47,7 +57,7 @@ class AdamW {
   // skipped (their step count does not advance, as in PyTorch).
   // Parameters [begin, end) only when given (a sharded optimizer steps a group at a
   // time to overlap communication).
-  void step(double lr, double grad_scale = 1.0, size_t begin = 0, size_t end = SIZE_MAX);
+  void step(double lr, double grad_scale, size_t begin, size_t end = SIZE_MAX);
   // Zeroes gradients in place: their memory stays (see Note [gradient buffers]).
   void zero_grad();
 
@@ -68,6 +78,8 @@ class AdamW {
   std::vector<NamedParam> params_;
   std::vector<State> state_;
   AdamWOptions opts_;
+  bool writes_state_ = true;
+  std::vector<std::string> not_saved_;
 };
 
 // Learning rate at a step: linear warmup from lr/warmup to lr, then cosine decay to

@@ -2,8 +2,8 @@
 #include <cstdint>
 
 #include "strata/core/config.h"
-#include "strata/dist/parallel_dims.h"
-#include "strata/memory/estimator.h"
+#include "strata/distributed/parallel_dims.h"
+#include "strata/plan/estimator.h"
 #include "strata/models/flavours.h"
 
 namespace strata {
@@ -22,16 +22,6 @@ RunPlan plan_run(const Config& cfg, int64_t world_size, const DataShape& data);
 
 // The estimator's input for a planned run (device "cuda" means NCCL and host offload).
 EstimateInput estimate_input(const Config& cfg, const RunPlan& plan);
-
-// plan_run + estimate_input for a config as `strata train` would run it on
-// world_size ranks (it opens the data source for its shape: the tokenizer's
-// vocabulary). world_size 0: dp * tp * pp, dp = 0 counting as 1.
-struct PlannedEstimate {
-  RunPlan plan;
-  EstimateInput input;
-  MemoryEstimate estimate;
-};
-PlannedEstimate plan_and_estimate(const Config& cfg, int64_t world_size = 0);
 
 // Bytes of dataset tensors a source keeps in memory for the whole run (Fashion-MNIST's
 // 70,000 images and labels); 0 for streamed or generated data.

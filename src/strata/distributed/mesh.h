@@ -4,9 +4,9 @@
 #include <array>
 #include <chrono>
 
-#include "strata/dist/comm.h"
-#include "strata/dist/parallel_dims.h"
-#include "strata/dist/rendezvous.h"
+#include "strata/distributed/comm.h"
+#include "strata/distributed/parallel_dims.h"
+#include "strata/distributed/rendezvous.h"
 
 namespace strata {
 

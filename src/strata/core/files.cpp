@@ -1,4 +1,4 @@
-#include "strata/train/data/dataset.h"
+#include "strata/core/files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

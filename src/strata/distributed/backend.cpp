@@ -1,4 +1,4 @@
-#include "strata/dist/backend.h"
+#include "strata/distributed/backend.h"
 
 // Note [gloo headers]: the torch wheel ships ProcessGroupGloo.hpp but not the gloo
 // headers it includes; Debian's libgloo-dev provides them. Only this file sees

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/memory/activations.h"
+#include "strata/plan/activations.h"
 #include "strata/memory/category.h"
 #include "strata/memory/recompute.h"
 #include "strata/models/flavours.h"

@@ -1,4 +1,4 @@
-#include "strata/memory/activations.h"
+#include "strata/plan/activations.h"
 
 #include <algorithm>
 

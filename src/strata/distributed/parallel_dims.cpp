@@ -1,4 +1,4 @@
-#include "strata/dist/parallel_dims.h"
+#include "strata/distributed/parallel_dims.h"
 
 #include "strata/core/errors.h"
 

@@ -1,4 +1,4 @@
-#include "strata/dist/launcher.h"
+#include "strata/distributed/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "strata/core/errors.h"
-#include "strata/dist/rendezvous.h"
+#include "strata/distributed/rendezvous.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-#include "strata/dist/comm.h"
+#include "strata/distributed/comm.h"
 
 #include <ATen/ATen.h>
 

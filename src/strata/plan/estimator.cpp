@@ -1,4 +1,4 @@
-#include "strata/memory/estimator.h"
+#include "strata/plan/estimator.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
-#include "strata/dist/mesh.h"
+#include "strata/distributed/mesh.h"
 
 #include <signal.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "strata/core/errors.h"
-#include "strata/dist/backend.h"
+#include "strata/distributed/backend.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "strata/dist/rendezvous.h"
+#include "strata/distributed/rendezvous.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,8 +1,7 @@
-#include "strata/train/plan.h"
+#include "strata/plan/plan.h"
 
 #include "strata/core/errors.h"
 #include "strata/memory/precision.h"
-#include "strata/train/data/source.h"
 
 namespace strata {
 
@@ -51,17 +50,6 @@ EstimateInput estimate_input(const Config& cfg, const RunPlan& plan) {
   in.host_is_device = cfg.training.device != "cuda";
   in.data_bytes = resident_data_bytes(cfg);
   return in;
-}
-
-PlannedEstimate plan_and_estimate(const Config& cfg, int64_t world_size) {
-  validate_config(cfg);
-  const auto& p = cfg.parallel;
-  if (world_size <= 0) world_size = std::max<int64_t>(1, p.dp) * p.tp * p.pp;
-  PlannedEstimate out;
-  out.plan = plan_run(cfg, world_size, open_data_source(cfg).shape);
-  out.input = estimate_input(cfg, out.plan);
-  out.estimate = estimate_memory(out.input);
-  return out;
 }
 
 }  // namespace strata

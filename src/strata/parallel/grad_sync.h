@@ -1,0 +1,62 @@
+#pragma once
+#include <ATen/Tensor.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "strata/core/state.h"
+#include "strata/optim/adamw.h"
+
+namespace strata {
+
+// Note [GradSync]: how a rank's gradients become the data-parallel average, as one
+// interface that DDP, each ZeRO stage and the local no-op implement. The trainer and
+// the schedules see data parallelism only through it (as Megatron's schedules see it
+// only through no_sync and finalize functions):
+//   for each micro-batch: set_sync(last), loss = forward(f), backward
+//   finalize(); grad_norm_squared(); optimizer step; zero_grad()
+class GradSync : public Stateful {
+ public:
+  // One line for the startup table.
+  virtual std::string describe() const = 0;
+  // Runs one micro-batch's forward f (which returns what will be back-propagated)
+  // with the hooks the strategy needs around it (DDP's buffer broadcast and unused
+  // parameter search, ZeRO-3's gathers).
+  virtual at::Tensor forward(const std::function<at::Tensor()>& f) { return f(); }
+  // false: the next backward only accumulates locally (DDP's no_sync, ZeRO-1's
+  // deferred reduction); true: it reduces. Set before every micro-batch.
+  virtual void set_sync(bool sync) = 0;
+  // After the last micro-batch's backward: every reduction has landed (DDP and ZeRO
+  // finish theirs in backward's final callback already, so this checks that).
+  virtual void finalize() {}
+  // Squared global norm of the averaged gradients (all-reduced where sharded).
+  virtual double grad_norm_squared() = 0;
+  // After the optimizer step.
+  virtual void zero_grad() = 0;
+  // This step's figures for the metrics line, as {"key": {...}} (null: none); resets.
+  virtual nlohmann::json stats() { return nullptr; }
+  // For tests (Note [injected overflow]): an inf in this rank's first gradient element.
+  virtual void inject_inf() = 0;
+  // No state of their own today (PowerSGD's error feedback restarts at zero).
+  void save_state(std::vector<TensorPiece>&) override {}
+  void load_state(const PieceReader&) override {}
+};
+
+// dp = 1 without ZeRO: gradients live in .grad buffers allocated once (Note [gradient
+// buffers]) and are zeroed in place.
+class LocalGradSync : public GradSync {
+ public:
+  explicit LocalGradSync(std::vector<NamedParam> params);
+  std::string describe() const override { return "local (dp=1): gradients stay on the rank"; }
+  void set_sync(bool) override {}
+  double grad_norm_squared() override;
+  void zero_grad() override;
+  void inject_inf() override;
+
+ private:
+  std::vector<NamedParam> params_;
+};
+
+}  // namespace strata

@@ -1,0 +1,177 @@
+#include "strata/parallel/parallelize.h"
+
+#include <algorithm>
+
+#include "strata/core/errors.h"
+#include "strata/core/logging.h"
+#include "strata/memory/tracking_allocator.h"
+#include "strata/models/build.h"
+#include "strata/parallel/data/ddp.h"
+#include "strata/parallel/recompute.h"
+#include "strata/parallel/zero/zero.h"
+
+namespace strata {
+
+namespace {
+
+// The model's own checkpoint state: frozen parameters and buffers (BatchNorm's running
+// statistics), written by the first replica; trainable weights are the optimizer's.
+// Loading first compares every tensor's shape, so an incompatible checkpoint is refused
+// at the first differing tensor before anything is read.
+class PartsState : public Stateful {
+ public:
+  PartsState(std::vector<std::shared_ptr<Model>> parts, bool writes)
+      : parts_(std::move(parts)), writes_(writes) {}
+
+  void save_state(std::vector<TensorPiece>& out) override {
+    if (!writes_) return;
+    for (auto& part : parts_) {
+      for (auto& p : part->named_parameters())
+        if (!p.value().requires_grad()) out.push_back({"model." + p.key(), p.value(), {}, {}});
+      for (auto& b : part->named_buffers()) out.push_back({"buffer." + b.key(), b.value(), {}, {}});
+    }
+  }
+
+  void load_state(const PieceReader& in) override {
+    for (auto& part : parts_) {
+      for (auto& p : part->named_parameters())
+        in.expect_shape("model." + p.key(), p.value().sizes().vec());
+      for (auto& b : part->named_buffers())
+        in.expect_shape("buffer." + b.key(), b.value().sizes().vec());
+    }
+    for (auto& part : parts_) {
+      for (auto& p : part->named_parameters())
+        if (!p.value().requires_grad()) in.read("model." + p.key(), p.value());
+      for (auto& b : part->named_buffers()) in.read("buffer." + b.key(), b.value());
+    }
+  }
+
+ private:
+  std::vector<std::shared_ptr<Model>> parts_;
+  bool writes_;
+};
+
+TpContext apply_tensor_parallel(Mesh& mesh) {
+  const TpContext tp{mesh.coord().tp, mesh.dims().tp()};
+  log_rank0("parallelize tensor parallel: tp=", tp.size,
+            tp.size == 1 ? " (whole linears)" : " (column/row-parallel linears)");
+  return tp;
+}
+
+RecomputeMode apply_recompute_mode(const Config& cfg) {
+  const RecomputeMode mode = parse_recompute(cfg.memory.recompute);
+  log_rank0("parallelize recompute: ", recompute_name(mode),
+            mode == RecomputeMode::kEveryK ? c10::str(" (k=", cfg.memory.recompute_k, ")")
+                                           : std::string());
+  return mode;
+}
+
+// Builds this rank's parts from the seed and applies recompute over their blocks.
+std::vector<std::shared_ptr<Model>> apply_pipeline_stage(const ModelSpec& spec, Mesh& mesh,
+                                                         const Config& cfg, TpContext tp,
+                                                         RecomputeMode mode, at::Device device) {
+  STRATA_CHECK(mesh.dims().pp() == 1, "parallel.pp=", mesh.dims().pp(),
+               ": this build runs one pipeline stage; set parallel.pp=1");
+  const StageInfo stage = StageInfo::whole();
+  // Every rank draws the same initial weights (Note [layer init]); dropout then gets a
+  // per-rank stream (the trainer reseeds).
+  at::manual_seed(static_cast<uint64_t>(cfg.training.seed));
+  std::shared_ptr<Model> part;
+  {
+    MemoryScope scope(Category::kParameters);
+    part = build_model(spec, stage, tp);
+    part->to(device);
+  }
+  apply_recompute(*part, mode, cfg.memory.recompute_k);
+  log_rank0("parallelize pipeline stage: pp=1, ", stage.to_string(spec.n_layer), ", ",
+            part->segments().size(), " segment(s)");
+  return {part};
+}
+
+void apply_precision(ParallelModel& pm, const Config& cfg, at::Device device) {
+  pm.precision = parse_precision(cfg.memory.precision);
+  pm.compute_dtype = compute_dtype(pm.precision);
+  check_precision_supported(pm.precision, device);
+  const bool half_params = pm.precision != Precision::kFp32 && cfg.memory.master_weights;
+  if (half_params) {
+    MemoryScope scope(Category::kParameters);
+    for (auto& part : pm.parts) cast_model(*part, pm.compute_dtype);
+  }
+  log_rank0("parallelize precision: ", cfg.memory.precision,
+            pm.precision == Precision::kFp32 ? ""
+            : half_params                    ? " (half parameters and gradients, fp32 masters)"
+                                             : " (fp32 parameters, half compute)");
+}
+
+ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Config& cfg) {
+  const auto& p = cfg.parallel;
+  Comm& dp = mesh.comm(Axis::kDp);
+  STRATA_ASSERT(pm.parts.size() == 1, "data parallelism wraps one model part");
+  ZeroDataParallel* zero = nullptr;
+  if (p.zero > 0) {
+    if (dp.size() == 1)
+      log_rank0("parallel.zero=", p.zero, " with dp=1: the one rank holds every shard, so ZeRO ",
+                "saves no memory here",
+                p.offload ? " (offload still moves the optimizer state to host memory)" : "");
+    // ZeRO broadcasts and checks like DDP, then shards; the optimizer is its own.
+    auto z = std::make_unique<ZeroDataParallel>(pm.parts[0], dp, zero_options_from(cfg));
+    zero = z.get();
+    pm.grad_sync = std::move(z);
+  } else if (dp.size() > 1) {
+    // DDP broadcasts rank 0's weights, checks that every rank built the same model,
+    // and makes the gradients views into its buckets (they are tagged kGradients).
+    pm.grad_sync = std::make_unique<DistributedDataParallel>(pm.parts[0], dp, ddp_options_from(p));
+  } else {
+    pm.grad_sync = std::make_unique<LocalGradSync>(pm.params);
+  }
+  log_rank0("parallelize data parallel: ", pm.grad_sync->describe());
+  return zero;
+}
+
+void apply_optimizer(ParallelModel& pm, ZeroDataParallel* zero, Mesh& mesh, const Config& cfg) {
+  if (zero) {
+    pm.optimizer = std::make_unique<ZeroOptimizer>(*zero);
+  } else {
+    const auto& t = cfg.training;
+    MemoryScope scope(Category::kOptimizer);
+    auto adam =
+        std::make_unique<AdamW>(pm.params, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay},
+                                /*master_weights=*/cfg.memory.master_weights);
+    // Replicas hold the same state: the first writes it.
+    adam->set_writes_state(mesh.coord().dp == 0);
+    std::vector<std::string> copies;
+    for (auto& part : pm.parts)
+      for (auto& n : part->tied_copies()) copies.push_back(n);
+    adam->set_not_saved(copies);
+    pm.optimizer = std::move(adam);
+  }
+  log_rank0("parallelize optimizer: ", pm.optimizer->describe());
+}
+
+}  // namespace
+
+int64_t ParallelModel::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& part : parts) n += part->num_parameters();
+  return n;
+}
+
+ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg,
+                          at::Device device) {
+  ParallelModel pm;
+  const TpContext tp = apply_tensor_parallel(mesh);
+  const RecomputeMode mode = apply_recompute_mode(cfg);
+  pm.parts = apply_pipeline_stage(spec, mesh, cfg, tp, mode, device);
+  apply_precision(pm, cfg, device);
+  // Frozen parameters (requires_grad false, e.g. BERT's pooler under the MLM loss) get
+  // no gradient buffer, no optimizer state and no all-reduce; they are still saved.
+  for (auto& part : pm.parts)
+    for (auto& item : part->named_parameters())
+      (item.value().requires_grad() ? pm.params : pm.frozen).push_back({item.key(), item.value()});
+  ZeroDataParallel* zero = apply_data_parallel(pm, mesh, cfg);
+  apply_optimizer(pm, zero, mesh, cfg);
+  pm.model_state = std::make_unique<PartsState>(pm.parts, mesh.coord().dp == 0);
+  return pm;
+}
+
+}  // namespace strata
