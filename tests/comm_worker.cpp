@@ -1,4 +1,4 @@
-// A rank for the multi-process tests: exercises every collective of dist/comm on
+// A rank for the multi-process tests: exercises every collective of distributed/comm on
 // a mesh and checks the results. Modes: "collectives DP TP" (exit 0 when all
 // results are right), "die" (rank 1 is killed before an all_reduce; the others
 // must fail with a CommError instead of hanging).

@@ -22,9 +22,9 @@
 
 #include "strata/core/errors.h"
 #include "strata/distributed/mesh.h"
+#include "strata/optim/adamw.h"
 #include "strata/parallel/data/ddp.h"
 #include "strata/parallel/data/powersgd.h"
-#include "strata/optim/adamw.h"
 
 using namespace strata;
 

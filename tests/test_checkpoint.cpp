@@ -100,9 +100,9 @@ TEST(Checkpoint, FlatShardsAndBoxesReadEachOther) {
   write_shard(tmp, 0, {{"w", flat.narrow(0, 0, 10), {4, 6}, {}, 0}});
   write_shard(tmp, 1, {{"w", flat.narrow(0, 10, 14), {4, 6}, {}, 10}});
   // A column-split tensor (tensor-parallel row-parallel weight) written as boxes.
-  write_shard(tmp, 2,
-              {{"c", full.narrow(1, 0, 3), {4, 6}, {0, 0}}, {"c", full.narrow(1, 3, 3), {4, 6},
-                                                             {0, 3}}});
+  write_shard(
+      tmp, 2,
+      {{"c", full.narrow(1, 0, 3), {4, 6}, {0, 0}}, {"c", full.narrow(1, 3, 3), {4, 6}, {0, 3}}});
   finalize_checkpoint(root, 1, {{"step", 1}}, 2);
   CheckpointReader r(root + "/step-00000001");
   at::Tensor whole = at::empty({4, 6});

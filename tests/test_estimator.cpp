@@ -1,12 +1,12 @@
-// The memory estimator's pure parts (memory/estimator): parameter counts against the
+// The memory estimator's pure parts (plan/estimator): parameter counts against the
 // models Strata builds, model-state bytes, and the seed's reference figures.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
-#include "strata/plan/estimator.h"
 #include "strata/models/build.h"
 #include "strata/models/model.h"
+#include "strata/plan/estimator.h"
 
 using namespace strata;
 

@@ -171,8 +171,8 @@ TEST(ModelParts, StagesHoldTheWholeModelsWeightsAndChainToItsLoss) {
     at::NoGradGuard no_grad;
     const at::Tensor want = whole->forward_loss(b);
     const at::Tensor got = s1->forward_part(s0->forward_part({}, b), b);
-    EXPECT_TRUE(at::equal(got, want)) << flavour << ": " << got.item<double>() << " vs "
-                                      << want.item<double>();
+    EXPECT_TRUE(at::equal(got, want))
+        << flavour << ": " << got.item<double>() << " vs " << want.item<double>();
   }
 }
 
@@ -196,10 +196,10 @@ TEST(ModelParts, TensorParallelLinearsKeepTheirSliceOfTheFullWeight) {
     EXPECT_TRUE(at::equal(p[b + "attn.proj.weight"],
                           w[b + "attn.proj.weight"].narrow(1, r * C / 2, C / 2)));
     EXPECT_TRUE(at::equal(p[b + "attn.proj.bias"], w[b + "attn.proj.bias"]));
-    EXPECT_TRUE(at::equal(p[b + "mlp.fc.weight"],
-                          w[b + "mlp.fc.weight"].narrow(0, r * 2 * C, 2 * C)));
-    EXPECT_TRUE(at::equal(p[b + "mlp.proj.weight"],
-                          w[b + "mlp.proj.weight"].narrow(1, r * 2 * C, 2 * C)));
+    EXPECT_TRUE(
+        at::equal(p[b + "mlp.fc.weight"], w[b + "mlp.fc.weight"].narrow(0, r * 2 * C, 2 * C)));
+    EXPECT_TRUE(
+        at::equal(p[b + "mlp.proj.weight"], w[b + "mlp.proj.weight"].narrow(1, r * 2 * C, 2 * C)));
     EXPECT_TRUE(at::equal(p["wte.weight"], w["wte.weight"]));
     EXPECT_TRUE(at::equal(p["block2.ln2.weight"], w["block2.ln2.weight"]));
   }

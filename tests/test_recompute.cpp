@@ -6,9 +6,9 @@
 #include "strata/core/errors.h"
 #include "strata/memory/precision.h"
 #include "strata/memory/recompute.h"
-#include "strata/parallel/recompute.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
+#include "strata/parallel/recompute.h"
 #include "test_util.h"
 
 using namespace strata;

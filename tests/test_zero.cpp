@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "strata/plan/estimator.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/parallel/zero/flat_layout.h"
 #include "strata/parallel/zero/sharded_optimizer.h"
+#include "strata/plan/estimator.h"
 #include "test_util.h"
 
 using namespace strata;
@@ -306,7 +306,7 @@ TEST(ZeroMemory, ModelStatesMatchTheZeroFormulas) {
         "%-16s psi %.0f  measured %.1f MiB  formula %.1f MiB  (%+.2f%%)  comm peak %.1f MiB\n",
         name.c_str(), psi, measured / 1048576, want / 1048576, 100 * err, comm_peak / 1048576);
     EXPECT_LT(std::abs(err), 0.05) << name << " measured " << measured << " formula " << want;
-    // The estimator (memory/estimator) predicts the same bytes.
+    // The estimator (plan/estimator) predicts the same bytes.
     const auto p = static_cast<int64_t>(psi);
     const ModelStateBytes est =
         model_state_bytes(p, p, {c.half ? 2 : 4, true, c.stage, c.dp, false});

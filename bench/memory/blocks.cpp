@@ -34,9 +34,9 @@ class BlockStack : public Model {
   BlockStack(int64_t n, int64_t d, int64_t heads, double dropout) {
     LayerInit init;
     for (int64_t i = 0; i < n; ++i) {
-      blocks_.push_back(register_module(
-          "block" + std::to_string(i),
-          std::make_shared<GptBlock>(BlockShape{d, heads, dropout, true, n, {}})));
+      blocks_.push_back(
+          register_module("block" + std::to_string(i),
+                          std::make_shared<GptBlock>(BlockShape{d, heads, dropout, true, n, {}})));
       init.held(*blocks_.back());
     }
     init.run();

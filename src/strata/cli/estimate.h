@@ -33,5 +33,4 @@ struct FitVerdict {
 };
 FitVerdict fit_verdict(double predicted_peak, double limit);
 
-
 }  // namespace strata

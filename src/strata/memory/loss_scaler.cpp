@@ -31,12 +31,12 @@ void LossScaler::set_state(const State& s) {
 
 void LossScaler::save_state(std::vector<TensorPiece>& out) {
   if (!opts_.enabled || !writes_state_) return;
-  out.push_back({"scaler.state",
-                 at::tensor({scale_, static_cast<double>(growth_tracker_),
-                             static_cast<double>(skipped_)},
-                            at::kDouble),
-                 {},
-                 {}});
+  out.push_back(
+      {"scaler.state",
+       at::tensor({scale_, static_cast<double>(growth_tracker_), static_cast<double>(skipped_)},
+                  at::kDouble),
+       {},
+       {}});
 }
 
 void LossScaler::load_state(const PieceReader& in) {

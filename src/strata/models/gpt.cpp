@@ -39,7 +39,8 @@ class PartBuilder {
  public:
   explicit PartBuilder(torch::nn::Module& m) : m_(m) {}
   template <typename T>
-  std::shared_ptr<T> unit(bool held, const std::string& name, std::function<std::shared_ptr<T>()> make) {
+  std::shared_ptr<T> unit(bool held, const std::string& name,
+                          std::function<std::shared_ptr<T>()> make) {
     auto mod = make();
     if (!held) {
       init_.skipped(*mod);
@@ -61,10 +62,9 @@ Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage), s
   const bool first = stage.first, last = stage.last;
   const bool tied_here = spec.tied_embedding && last;
   PartBuilder b(*this);
-  auto emb = [](int64_t n, int64_t d) {
-    return [n, d] { return nn::Embedding(n, d).ptr(); };
-  };
-  auto wte_ptr = b.unit<nn::EmbeddingImpl>(first || tied_here, "wte", emb(spec.vocab_size, spec.d_model));
+  auto emb = [](int64_t n, int64_t d) { return [n, d] { return nn::Embedding(n, d).ptr(); }; };
+  auto wte_ptr =
+      b.unit<nn::EmbeddingImpl>(first || tied_here, "wte", emb(spec.vocab_size, spec.d_model));
   if (wte_ptr) wte = nn::Embedding(wte_ptr);
   auto wpe_ptr = b.unit<nn::EmbeddingImpl>(first, "wpe", emb(spec.seq_len, spec.d_model));
   if (wpe_ptr) wpe = nn::Embedding(wpe_ptr);
@@ -115,9 +115,7 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage),
   const int64_t L = spec.n_layer;
   const bool first = stage.first, last = stage.last;
   PartBuilder b(*this);
-  auto emb = [](int64_t n, int64_t d) {
-    return [n, d] { return nn::Embedding(n, d).ptr(); };
-  };
+  auto emb = [](int64_t n, int64_t d) { return [n, d] { return nn::Embedding(n, d).ptr(); }; };
   auto ln = [&](const std::string& name) {
     return register_module(name, nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
   };

@@ -30,9 +30,9 @@ class LayerInit {
   struct Item {
     std::vector<int64_t> full_shape;
     double std = 0;
-    at::Tensor target;                 // undefined: a skipped layer
+    at::Tensor target;                                   // undefined: a skipped layer
     std::function<at::Tensor(const at::Tensor&)> slice;  // full draw -> this rank's region
-    at::Tensor zero;                   // the bias to zero
+    at::Tensor zero;                                     // the bias to zero
   };
   std::vector<Item> items_;
 };

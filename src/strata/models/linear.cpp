@@ -1,6 +1,7 @@
 #include "strata/models/linear.h"
 
 #include <ATen/ATen.h>
+#include <torch/nn/functional/linear.h>
 #include <torch/nn/modules/linear.h>
 
 #include "strata/core/errors.h"
@@ -8,8 +9,8 @@
 namespace strata {
 
 std::string StageInfo::to_string(int64_t num_blocks) const {
-  std::string s = "blocks [" + std::to_string(block_begin) + ", " +
-                  std::to_string(end(num_blocks)) + ")";
+  std::string s =
+      "blocks [" + std::to_string(block_begin) + ", " + std::to_string(end(num_blocks)) + ")";
   if (first) s += ", embedding";
   if (last) s += ", head";
   return s;
@@ -54,7 +55,10 @@ at::Tensor ParallelLinear::slice_bias(const at::Tensor& full) const {
 }
 
 at::Tensor ParallelLinear::forward(const at::Tensor& x) {
-  return at::linear(x, weight, bias_after_reduce() ? at::Tensor() : bias);
+  // torch::nn::Linear's own forward (matmul, then the bias added in place), so the
+  // numbers are those of the model before linears were cut: at::linear's fused
+  // flatten-and-addmm path rounds differently (~1e-7).
+  return torch::nn::functional::linear(x, weight, bias_after_reduce() ? at::Tensor() : bias);
 }
 
 std::shared_ptr<ParallelLinear> make_linear(int64_t in_features, int64_t out_features, bool bias,

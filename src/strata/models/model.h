@@ -25,10 +25,9 @@ struct Batch {
 // buffers it may change. parallel/recompute gives memory/recompute's checkpoint
 // (Note [activation recompute]); models only say where the pieces are.
 using SegmentFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
-using SegmentRunner =
-    std::function<at::Tensor(SegmentFn, const std::vector<at::Tensor>& inputs,
-                             const std::vector<at::Tensor>& params,
-                             const std::vector<at::Tensor>& buffers)>;
+using SegmentRunner = std::function<at::Tensor(SegmentFn, const std::vector<at::Tensor>& inputs,
+                                               const std::vector<at::Tensor>& params,
+                                               const std::vector<at::Tensor>& buffers)>;
 
 // Blocks [begin, end) of a part (local indices), run as one piece.
 struct BlockSegment {

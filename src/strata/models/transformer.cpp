@@ -18,9 +18,12 @@ double BlockShape::proj_std() const {
 }
 
 SelfAttention::SelfAttention(const BlockShape& s)
-    : n_head_(s.n_head), n_head_local_(s.n_head / s.tp.size), dropout_(s.dropout), causal_(s.causal) {
-  STRATA_CHECK(s.n_head % s.tp.size == 0, "n_head=", s.n_head, " cannot be split over tp=",
-               s.tp.size, "; choose tp dividing the head count");
+    : n_head_(s.n_head),
+      n_head_local_(s.n_head / s.tp.size),
+      dropout_(s.dropout),
+      causal_(s.causal) {
+  STRATA_CHECK(s.n_head % s.tp.size == 0, "n_head=", s.n_head,
+               " cannot be split over tp=", s.tp.size, "; choose tp dividing the head count");
   // Note [qkv layout]: the weight is [q; k; v] (GPT-2's layout, kept in checkpoints);
   // a plain column split would give rank 0 all of q and none of v, so it is split as
   // three groups and rank r holds [q_r; k_r; v_r], the rows of its own heads.
@@ -53,8 +56,8 @@ at::Tensor SelfAttention::core(const at::Tensor& q, const at::Tensor& k, const a
 
 at::Tensor SelfAttention::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
-  const int64_t H = n_head_local_, Cl = H * D;              // this rank's heads and width
-  auto parts = qkv->forward(x).split(Cl, /*dim=*/2);        // 3 x (B, T, Cl)
+  const int64_t H = n_head_local_, Cl = H * D;        // this rank's heads and width
+  auto parts = qkv->forward(x).split(Cl, /*dim=*/2);  // 3 x (B, T, Cl)
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   std::vector<at::Tensor> qkv_heads{heads(parts[0]), heads(parts[1]), heads(parts[2])};
   // (B, H, T, D); selective recompute keeps q, k, v (views of the qkv output, which

@@ -156,8 +156,7 @@ int64_t ParallelModel::num_parameters() const {
   return n;
 }
 
-ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg,
-                          at::Device device) {
+ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, at::Device device) {
   ParallelModel pm;
   const TpContext tp = apply_tensor_parallel(mesh);
   const RecomputeMode mode = apply_recompute_mode(cfg);

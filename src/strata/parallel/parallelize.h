@@ -22,7 +22,7 @@ struct ParallelModel {
   std::vector<NamedParam> frozen;
   Precision precision = Precision::kFp32;
   at::ScalarType compute_dtype = at::kFloat;
-  std::unique_ptr<GradSync> grad_sync;   // declared before the optimizer, which may use it
+  std::unique_ptr<GradSync> grad_sync;  // declared before the optimizer, which may use it
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Stateful> model_state;
   int64_t num_parameters() const;  // this rank's parts
@@ -37,7 +37,6 @@ struct ParallelModel {
 //   parallel over dp (ZeRO-1/2/3, DDP, or local) -> optimizer.
 // Every rank draws the whole model's initial weights from training.seed (Note [layer
 // init]), so any layout starts from the weights of one process.
-ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg,
-                          at::Device device);
+ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, at::Device device);
 
 }  // namespace strata

@@ -3,10 +3,10 @@
 #include <string>
 #include <vector>
 
-#include "strata/plan/activations.h"
 #include "strata/memory/category.h"
 #include "strata/memory/recompute.h"
 #include "strata/models/flavours.h"
+#include "strata/plan/activations.h"
 
 namespace strata {
 
@@ -52,7 +52,7 @@ ModelStateBytes model_state_bytes(int64_t total, int64_t trainable, const StateL
 double korthikanti_layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t a);
 
 // Everything the estimate depends on: the resolved model and the run's memory
-// and layout settings (estimate_input_from_config in train/plan makes it).
+// and layout settings (estimate_input in plan/plan makes it).
 struct EstimateInput {
   ModelSpec spec;
   std::string precision = "fp32";  // fp32, bf16, fp16

@@ -3,8 +3,8 @@
 
 #include "strata/core/config.h"
 #include "strata/distributed/parallel_dims.h"
-#include "strata/plan/estimator.h"
 #include "strata/models/flavours.h"
+#include "strata/plan/estimator.h"
 
 namespace strata {
 

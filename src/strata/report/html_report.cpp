@@ -6,10 +6,10 @@
 #include <map>
 #include <sstream>
 
-#include "strata/report/estimate_json.h"
 #include "strata/core/errors.h"
-#include "strata/report/svg.h"
 #include "strata/core/files.h"
+#include "strata/report/estimate_json.h"
+#include "strata/report/svg.h"
 
 namespace strata {
 

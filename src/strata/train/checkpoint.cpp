@@ -126,7 +126,6 @@ std::vector<FlatRun> flat_runs(const std::vector<int64_t>& global_shape,
   return out;
 }
 
-
 void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta,
                          int64_t keep) {
   const std::string final_dir = root + "/" + checkpoint_dir_name(step);
@@ -245,16 +244,15 @@ void CheckpointReader::read(const std::string& name, at::Tensor out,
   for (int64_t d = 0; d < out.dim(); ++d)
     STRATA_CHECK(off[d] >= 0 && off[d] + out.size(d) <= shape[d], "checkpoint tensor '", name,
                  "' has shape ", c10::IntArrayRef(shape), ", which does not hold the region of ",
-                 out.sizes(), " at ", c10::IntArrayRef(off),
-                 "; it was written for another model");
+                 out.sizes(), " at ", c10::IntArrayRef(off), "; it was written for another model");
   read_runs(name, out, flat_runs(shape, off, out.sizes().vec()));
 }
 
 void CheckpointReader::read_flat(const std::string& name, at::Tensor out, int64_t offset) const {
   int64_t numel = 1;
   for (auto s : global_shape(name)) numel *= s;
-  STRATA_CHECK(offset >= 0 && offset + out.numel() <= numel, "checkpoint tensor '", name,
-               "' has ", numel, " elements, fewer than the ", offset + out.numel(),
+  STRATA_CHECK(offset >= 0 && offset + out.numel() <= numel, "checkpoint tensor '", name, "' has ",
+               numel, " elements, fewer than the ", offset + out.numel(),
                " this run reads; it was written for another model");
   read_runs(name, out, {{offset, 0, out.numel()}});
 }
@@ -279,8 +277,8 @@ void CheckpointReader::read_runs(const std::string& name, at::Tensor out,
       const int64_t lo = std::max(have[a].global, want[b].global);
       const int64_t hi = std::min(have[a].global + have[a].length, want[b].global + want[b].length);
       if (lo < hi)
-        copies.push_back({have[a].local + lo - have[a].global, want[b].local + lo - want[b].global,
-                          hi - lo});
+        copies.push_back(
+            {have[a].local + lo - have[a].global, want[b].local + lo - want[b].global, hi - lo});
       if (have[a].global + have[a].length < want[b].global + want[b].length)
         ++a;
       else

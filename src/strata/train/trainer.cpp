@@ -22,8 +22,8 @@
 #include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/parallel/pipeline/executor.h"
-#include "strata/train/checkpoint.h"
 #include "strata/plan/plan.h"
+#include "strata/train/checkpoint.h"
 
 namespace strata {
 
@@ -100,9 +100,8 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   pm_ = parallelize(spec_, *mesh_, cfg_, device_);
   schedule_ = single_stage_schedule(accum_);
   scaler_ = std::make_unique<LossScaler>(LossScalerOptions{
-      pm_.precision == Precision::kFp16, cfg_.memory.loss_scale_init,
-      cfg_.memory.loss_scale_growth, cfg_.memory.loss_scale_backoff,
-      cfg_.memory.loss_scale_interval});
+      pm_.precision == Precision::kFp16, cfg_.memory.loss_scale_init, cfg_.memory.loss_scale_growth,
+      cfg_.memory.loss_scale_backoff, cfg_.memory.loss_scale_interval});
   scaler_->set_writes_state(info.rank == 0);
   inject_inf_steps_ = inject_inf_steps(info.rank);
   if (info.rank == 0 && cfg_.logging.memory_timeline_steps > 0 && cfg_.memory.track) {
@@ -142,8 +141,8 @@ Trainer::~Trainer() {
 
 std::vector<Stateful*> Trainer::components() {
   // The model first: it refuses an incompatible checkpoint before anything is read.
-  return {pm_.model_state.get(), pm_.optimizer.get(), pm_.grad_sync.get(), scaler_.get(),
-          sampler_state_.get(), rng_state_.get()};
+  return {pm_.model_state.get(), pm_.optimizer.get(),  pm_.grad_sync.get(),
+          scaler_.get(),         sampler_state_.get(), rng_state_.get()};
 }
 
 void Trainer::print_startup() {
@@ -261,8 +260,7 @@ double Trainer::evaluate() {
                                idx.begin() + static_cast<int64_t>(begin) + micro_);
     const Batch batch = to_device(data_.eval->get(chunk));
     AutocastScope autocast(device_.type(), pm_.compute_dtype);
-    sum += pm_.grad_sync->forward([&] { return pm_.parts[0]->forward_loss(batch); })
-               .item<double>();
+    sum += pm_.grad_sync->forward([&] { return pm_.parts[0]->forward_loss(batch); }).item<double>();
     ++n;
   }
   for (auto& part : pm_.parts) part->train();
@@ -296,8 +294,8 @@ void Trainer::save(int64_t step) {
   }
   world.barrier();
   save_stats_ = {
-      {"ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                 .count()},
+      {"ms",
+       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()},
       {"mem_before", base},
       {"mem_peak", memory_stats().total_peak}};
 }

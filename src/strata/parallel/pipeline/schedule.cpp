@@ -6,8 +6,7 @@
 namespace strata {
 
 std::string Action::to_string() const {
-  return std::to_string(chunk) + (type == ActionType::kForward ? "F" : "B") +
-         std::to_string(micro);
+  return std::to_string(chunk) + (type == ActionType::kForward ? "F" : "B") + std::to_string(micro);
 }
 
 std::vector<StageActions> single_stage_schedule(int64_t micro_batches) {
@@ -41,8 +40,8 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
         out.max_in_flight = std::max(out.max_in_flight, ++in_flight);
       } else {
         if (st != 1) {
-          out.error = where + a.to_string() + (st == 0 ? " comes before its forward"
-                                                       : " runs a second backward");
+          out.error = where + a.to_string() +
+                      (st == 0 ? " comes before its forward" : " runs a second backward");
           return out;
         }
         st = 2;

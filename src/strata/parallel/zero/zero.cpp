@@ -505,8 +505,8 @@ void ZeroDataParallel::save_optimizer_state(std::vector<TensorPiece>& out) {
   for (size_t k = 0; k < opt_->size(); ++k) {
     const ShardPiece& pc = opt_->piece(k);
     if (pc.length == 0) continue;
-    const auto i = static_cast<size_t>(std::find(names_.begin(), names_.end(), pc.name) -
-                                       names_.begin());
+    const auto i =
+        static_cast<size_t>(std::find(names_.begin(), names_.end(), pc.name) - names_.begin());
     const std::vector<int64_t> shape = params_[i].sizes().vec();
     auto flat = [&](const std::string& name, const at::Tensor& t) {
       out.push_back({name, t, shape, {}, pc.offset});
