@@ -179,7 +179,8 @@ TEST(ModelParts, StagesHoldTheWholeModelsWeightsAndChainToItsLoss) {
 TEST(ModelParts, TensorParallelLinearsKeepTheirSliceOfTheFullWeight) {
   // Each linear is drawn at its full shape and sliced (Note [parallel linear]): column
   // layers keep their output rows (qkv: their heads' rows of q, k and v), row layers
-  // their input columns and the whole bias; everything else equals the whole model's.
+  // their input columns and the whole bias, the token embedding its vocabulary rows;
+  // everything else equals the whole model's.
   const ModelSpec spec = small_spec("debug");
   const int64_t C = spec.d_model;
   auto whole = part(spec, StageInfo::whole());
@@ -200,9 +201,25 @@ TEST(ModelParts, TensorParallelLinearsKeepTheirSliceOfTheFullWeight) {
         at::equal(p[b + "mlp.fc.weight"], w[b + "mlp.fc.weight"].narrow(0, r * 2 * C, 2 * C)));
     EXPECT_TRUE(
         at::equal(p[b + "mlp.proj.weight"], w[b + "mlp.proj.weight"].narrow(1, r * 2 * C, 2 * C)));
-    EXPECT_TRUE(at::equal(p["wte.weight"], w["wte.weight"]));
+    const int64_t V = spec.vocab_size;  // vocab-parallel: this rank's rows
+    EXPECT_TRUE(at::equal(p["wte.weight"], w["wte.weight"].narrow(0, r * V / 2, V / 2)));
+    EXPECT_TRUE(at::equal(p["wpe.weight"], w["wpe.weight"]));
     EXPECT_TRUE(at::equal(p["block2.ln2.weight"], w["block2.ln2.weight"]));
   }
   // A head count tp does not divide is one clear error.
   EXPECT_THROW(part(spec, StageInfo::whole(), {0, 3}), Error);
+}
+
+TEST(ModelParts, DropoutOfAHeadSliceIsTheSliceOfTheWholeMask) {
+  // Note [counter-based dropout]: a tp rank's heads get exactly their slice of the mask
+  // one process draws for all heads.
+  const at::Tensor x = at::ones({2, 4, 3, 5});
+  const at::Tensor whole = dropout_with_seed(x, 0.3, 42);
+  for (int64_t r = 0; r < 2; ++r) {
+    const at::Tensor mine =
+        dropout_with_seed(x.narrow(1, 2 * r, 2).contiguous(), 0.3, 42, DropoutSlice{1, 4, 2 * r});
+    EXPECT_TRUE(at::equal(mine, whole.narrow(1, 2 * r, 2))) << "rank " << r;
+  }
+  // Not merely the same mask everywhere: the two halves differ.
+  EXPECT_FALSE(at::equal(whole.narrow(1, 0, 2), whole.narrow(1, 2, 2)));
 }

@@ -16,12 +16,6 @@ namespace {
 const std::string kCommon =
     "--training.steps=12 --training.batch_size=8 --model.dropout=0 --model.seq_len=64 ";
 
-std::string run_ok(const std::string& name, const std::string& args) {
-  const std::string dir = temp_dir("reshard-" + name);
-  auto r = run(train_command(dir, args), 300);
-  EXPECT_EQ(r.status, 0) << name << "\n" << r.output;
-  return dir;
-}
 }  // namespace
 
 TEST(Reshard, ZeroThreeCheckpointResumesUnderOtherLayouts) {
@@ -30,16 +24,16 @@ TEST(Reshard, ZeroThreeCheckpointResumesUnderOtherLayouts) {
   // the new layout from step 1 (layouts agree to ~1e-7 in fp32; the sampler's global
   // position makes the batches the same). Bound: 1e-5 relative.
   const std::string src =
-      run_ok("src", kCommon + "--nproc 2 --parallel.zero=3 --checkpoint.interval=6");
+      train_ok("reshard-src", kCommon + "--nproc 2 --parallel.zero=3 --checkpoint.interval=6");
   const std::string ckpt = src + "/checkpoints/step-00000006";
   for (const auto& [name, layout] : std::vector<std::pair<std::string, std::string>>{
            {"dp1", ""}, {"dp4-zero1", "--nproc 4 --parallel.zero=1"}, {"dp2-ddp", "--nproc 2"}}) {
     const std::string ref =
-        run_ok("ref-" + name, kCommon + layout + " --checkpoint.save_final=false");
-    const std::string res = run_ok("res-" + name, kCommon + layout +
-                                                      " --checkpoint.save_final=false"
-                                                      " --checkpoint.resume=" +
-                                                      ckpt);
+        train_ok("reshard-ref-" + name, kCommon + layout + " --checkpoint.save_final=false");
+    const std::string res = train_ok("reshard-res-" + name, kCommon + layout +
+                                                                " --checkpoint.save_final=false"
+                                                                " --checkpoint.resume=" +
+                                                                ckpt);
     const auto want = read_losses(ref + "/metrics.jsonl");
     const auto got = read_losses(res + "/metrics.jsonl");
     ASSERT_EQ(want.size(), 12u) << name;
@@ -54,10 +48,10 @@ TEST(Reshard, SaveWritesOnlyEachRanksShard) {
   // while saving stays within what it holds plus a bounded buffer: no gather (the
   // gathered save of earlier versions added 2x the whole fp32 model states, ~30 MiB
   // for this model, on rank 0).
-  const std::string dir = run_ok("save",
-                                 "--training.steps=2 --training.batch_size=8 "
-                                 "--model.seq_len=64 --nproc 2 --parallel.zero=3 "
-                                 "--checkpoint.interval=2");
+  const std::string dir = train_ok("reshard-save",
+                                   "--training.steps=2 --training.batch_size=8 "
+                                   "--model.seq_len=64 --nproc 2 --parallel.zero=3 "
+                                   "--checkpoint.interval=2");
   const auto recs = read_metrics(dir + "/metrics.jsonl");
   ASSERT_EQ(recs.size(), 2u);
   const auto& last = recs.back();
@@ -85,11 +79,11 @@ TEST(Reshard, Fp16LossScaleAndRefusalOfAnotherModel) {
                300);
   ASSERT_EQ(r.status, 0) << r.output;
   const std::string ckpt = src + "/checkpoints/step-00000004";
-  const std::string res = run_ok("fp16-res",
-                                 "--training.steps=8 --training.batch_size=4 --model.seq_len=32 "
-                                 "--memory.precision=fp16 --checkpoint.save_final=false "
-                                 "--checkpoint.resume=" +
-                                     ckpt);
+  const std::string res = train_ok("reshard-fp16-res",
+                                   "--training.steps=8 --training.batch_size=4 --model.seq_len=32 "
+                                   "--memory.precision=fp16 --checkpoint.save_final=false "
+                                   "--checkpoint.resume=" +
+                                       ckpt);
   const auto recs = read_metrics(res + "/metrics.jsonl");
   ASSERT_EQ(recs.size(), 4u);
   EXPECT_EQ(recs[0]["loss_scale"].get<double>(), 32768.0) << recs[0].dump();

@@ -51,6 +51,13 @@ std::string train_command(const std::string& run_dir, const std::string& args) {
          " --logging.progress=off --training.eval_interval=0 " + args;
 }
 
+std::string train_ok(const std::string& name, const std::string& args, double limit_s) {
+  const std::string dir = temp_dir(name);
+  auto r = run(train_command(dir, args), limit_s);
+  EXPECT_EQ(r.status, 0) << name << "\n" << r.output;
+  return dir;
+}
+
 std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("strata-test-" + std::to_string(getpid()) + "-" + name);

@@ -18,6 +18,9 @@ std::string ddp_worker_bin();
 std::string source_dir();
 // `strata train` with run_dir, the progress bar off and no periodic evaluation, then args.
 std::string train_command(const std::string& run_dir, const std::string& args);
+// Runs `strata train` (train_command) in a fresh temp_dir(name), expecting success
+// (a test failure naming the run otherwise); returns the run directory.
+std::string train_ok(const std::string& name, const std::string& args, double limit_s = 300);
 // A fresh empty directory under the build's temp area.
 std::string temp_dir(const std::string& name);
 // The records of a metrics.jsonl, in order.

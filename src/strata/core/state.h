@@ -26,6 +26,14 @@ struct TensorPiece {
   int64_t flat_offset = -1;           // >= 0: a flat range starting here
 };
 
+// A tensor-parallel slice of a global tensor as runs of its local rows (dim 0), each
+// with the box offsets where it sits in the global tensor: one run for a plain split,
+// several for a grouped one (attention's [q; k; v]).
+struct SliceRun {
+  int64_t local_begin = 0, length = 0;
+  std::vector<int64_t> offsets;
+};
+
 class PieceReader {
  public:
   virtual ~PieceReader() = default;

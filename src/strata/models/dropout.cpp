@@ -27,22 +27,43 @@ using torch::autograd::variable_list;
 
 class DropoutFunction : public torch::autograd::Function<DropoutFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double p, int64_t seed) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double p, int64_t seed,
+                            int64_t dim, int64_t global, int64_t offset) {
     ctx->saved_data["p"] = p;
     ctx->saved_data["seed"] = seed;
-    return dropout_with_seed(x, p, static_cast<uint64_t>(seed));
+    ctx->saved_data["slice"] = std::vector<int64_t>{dim, global, offset};
+    return dropout_with_seed(x, p, static_cast<uint64_t>(seed), {dim, global, offset});
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const double p = ctx->saved_data["p"].toDouble();
     const auto seed = static_cast<uint64_t>(ctx->saved_data["seed"].toInt());
-    return {dropout_with_seed(grad[0], p, seed), at::Tensor(), at::Tensor()};
+    const auto sl = ctx->saved_data["slice"].toIntVector();
+    return {dropout_with_seed(grad[0], p, seed, {sl[0], sl[1], sl[2]}),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor dropout_with_seed(const at::Tensor& x, double p, uint64_t seed) {
+at::Tensor dropout_with_seed(const at::Tensor& x, double p, uint64_t seed, DropoutSlice slice) {
   at::Tensor in = x.contiguous();
+  // Element i of x is element index(i) of the global tensor (Note [counter-based
+  // dropout]): i = (o * local + l) * inner + r -> (o * global + offset + l) * inner + r.
+  int64_t local = 1, inner = 1;
+  if (slice.dim >= 0) {
+    local = in.size(slice.dim);
+    for (int64_t d = slice.dim + 1; d < in.dim(); ++d) inner *= in.size(d);
+  }
+  const bool sliced = slice.dim >= 0 && local != slice.global;
+  auto index = [&](int64_t i) -> uint64_t {
+    if (!sliced) return static_cast<uint64_t>(i);
+    const int64_t r = i % inner, ol = i / inner, l = ol % local, o = ol / local;
+    return static_cast<uint64_t>((o * slice.global + slice.offset + l) * inner + r);
+  };
   at::Tensor out = at::empty_like(in);
   const auto threshold = static_cast<uint64_t>(std::ceil(p * static_cast<double>(1 << 24)));
   const float scale = static_cast<float>(1.0 / (1.0 - p));
@@ -51,7 +72,7 @@ at::Tensor dropout_with_seed(const at::Tensor& x, double p, uint64_t seed) {
     scalar_t* dst = out.mutable_data_ptr<scalar_t>();
     at::parallel_for(0, in.numel(), kGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        const bool keep = (splitmix64(seed, static_cast<uint64_t>(i)) >> 40) >= threshold;
+        const bool keep = (splitmix64(seed, index(i)) >> 40) >= threshold;
         dst[i] = keep ? static_cast<scalar_t>(static_cast<float>(src[i]) * scale) : scalar_t(0);
       }
     });
@@ -59,7 +80,7 @@ at::Tensor dropout_with_seed(const at::Tensor& x, double p, uint64_t seed) {
   return out;
 }
 
-at::Tensor counter_dropout(const at::Tensor& x, double p, bool train) {
+at::Tensor counter_dropout(const at::Tensor& x, double p, bool train, DropoutSlice slice) {
   if (!train || p == 0) return x;
   if (!x.is_cpu() || p >= 1) return at::dropout(x, p, train);
   at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -68,7 +89,8 @@ at::Tensor counter_dropout(const at::Tensor& x, double p, bool train) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
   }
-  return DropoutFunction::apply(x, p, static_cast<int64_t>(seed));
+  return DropoutFunction::apply(x, p, static_cast<int64_t>(seed), slice.dim, slice.global,
+                                slice.offset);
 }
 
 }  // namespace strata

@@ -18,7 +18,17 @@ namespace strata {
 //   forward draws the same seed and the same mask;
 // - resume restores the generator, so masks continue bitwise.
 // CUDA tensors use libtorch's dropout (Philox already).
-at::Tensor counter_dropout(const at::Tensor& x, double p, bool train);
+//
+// A tensor-parallel rank holds a slice of a tensor along one dimension (its heads of
+// the attention probabilities); keyed on the element's index in the *global* tensor,
+// its mask is exactly the slice of the mask one process draws, so a tp run with dropout
+// equals the tp = 1 run (Megatron's RNG tracker cannot give that).
+struct DropoutSlice {
+  int64_t dim = -1;    // -1: x is the whole tensor
+  int64_t global = 0;  // the global extent of dim
+  int64_t offset = 0;  // where x's slice starts in it
+};
+at::Tensor counter_dropout(const at::Tensor& x, double p, bool train, DropoutSlice slice = {});
 
 // The module form, in place of torch::nn::Dropout.
 class Dropout : public torch::nn::Module {
@@ -33,6 +43,6 @@ class Dropout : public torch::nn::Module {
 
 // The mask kernel alone (for tests): out = keep(i) ? x * scale : 0 with
 // keep(i) = (splitmix64(seed, i) >> 40) >= ceil(p * 2^24).
-at::Tensor dropout_with_seed(const at::Tensor& x, double p, uint64_t seed);
+at::Tensor dropout_with_seed(const at::Tensor& x, double p, uint64_t seed, DropoutSlice slice = {});
 
 }  // namespace strata

@@ -57,15 +57,16 @@ class PartBuilder {
 };
 }  // namespace
 
-Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage), spec_(spec) {
+Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp)
+    : Model(stage), spec_(spec), tp_(tp) {
   const int64_t L = spec.n_layer;
   const bool first = stage.first, last = stage.last;
   const bool tied_here = spec.tied_embedding && last;
   PartBuilder b(*this);
   auto emb = [](int64_t n, int64_t d) { return [n, d] { return nn::Embedding(n, d).ptr(); }; };
-  auto wte_ptr =
-      b.unit<nn::EmbeddingImpl>(first || tied_here, "wte", emb(spec.vocab_size, spec.d_model));
-  if (wte_ptr) wte = nn::Embedding(wte_ptr);
+  wte = b.unit<VocabParallelEmbedding>(first || tied_here, "wte", [&] {
+    return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.d_model, tp);
+  });
   auto wpe_ptr = b.unit<nn::EmbeddingImpl>(first, "wpe", emb(spec.seq_len, spec.d_model));
   if (wpe_ptr) wpe = nn::Embedding(wpe_ptr);
   if (first) drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
@@ -78,7 +79,7 @@ Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage), s
   if (last) ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({spec.d_model})));
   if (!spec.tied_embedding) {
     lm_head = b.unit<ParallelLinear>(last, "lm_head", [&] {
-      return make_linear(spec.d_model, spec.vocab_size, false, LinearKind::kPlain, tp, 0.02);
+      return make_linear(spec.d_model, spec.vocab_size, false, LinearKind::kColumn, tp, 0.02);
     });
   }
   b.finish();
@@ -96,22 +97,26 @@ at::Tensor Gpt::embed(const Batch& b) {
 
 at::Tensor Gpt::logits(const at::Tensor& x) {
   at::Tensor h = ln_f->forward(x);
-  return spec_.tied_embedding ? tied_head_logits(h, wte->weight)  // Note [tied head gradient]
-                              : lm_head->forward(h);              // (B, T, V)
+  if (!spec_.tied_embedding) return lm_head->forward(h);  // (B, T, V/tp)
+  // Note [tied head gradient]; under tp the replicated input enters the vocab split.
+  if (tp_.regions) h = tp_.regions->copy_to(h);
+  return tied_head_logits(h, wte->weight);  // (B, T, V/tp)
 }
 
 at::Tensor Gpt::head_loss(const at::Tensor& x, const Batch& b) {
   // fp32 log-softmax over the vocabulary (Note [precision of sensitive ops]).
   at::Tensor l = logits(x).to(at::kFloat);
-  return at::cross_entropy_loss(l.view({-1, l.size(-1)}), b.target.reshape({-1}), {},
-                                at::Reduction::Mean, /*ignore_index=*/-100);
+  const int64_t start = tp_.rank * (spec_.vocab_size / tp_.size);
+  return vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), b.target.reshape({-1}), start,
+                                      tp_.regions.get());
 }
 
 double Gpt::flops_per_sample() const {
   return transformer_flops_per_token(spec_) * static_cast<double>(spec_.seq_len);
 }
 
-Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage), spec_(spec) {
+Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
+    : Model(stage), spec_(spec), tp_(tp) {
   const int64_t L = spec.n_layer;
   const bool first = stage.first, last = stage.last;
   PartBuilder b(*this);
@@ -120,8 +125,9 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage),
     return register_module(name, nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
   };
   // The MLM decoder is tied to the word embedding: the last stage holds it too.
-  if (auto p = b.unit<nn::EmbeddingImpl>(first || last, "word", emb(spec.vocab_size, spec.d_model)))
-    word = nn::Embedding(p);
+  word = b.unit<VocabParallelEmbedding>(first || last, "word", [&] {
+    return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.d_model, tp);
+  });
   if (auto p = b.unit<nn::EmbeddingImpl>(first, "pos", emb(spec.seq_len, spec.d_model)))
     pos = nn::Embedding(p);
   if (auto p = b.unit<nn::EmbeddingImpl>(first, "type", emb(spec.type_vocab, spec.d_model)))
@@ -143,7 +149,7 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp) : Model(stage),
   mlm_dense = b.unit<ParallelLinear>(last, "mlm_dense", linear);
   if (last) {
     mlm_ln = ln("mlm_ln");
-    mlm_bias = register_parameter("mlm_bias", at::zeros({spec.vocab_size}));
+    mlm_bias = register_parameter("mlm_bias", at::zeros({spec.vocab_size / tp.size}));
   }
   b.finish();
   // The pooler serves next-sentence prediction, which masked-LM training omits: it
@@ -167,10 +173,11 @@ at::Tensor Bert::embed(const Batch& b) {
 
 at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
   at::Tensor h = mlm_ln->forward(at::gelu(mlm_dense->forward(x)));
-  at::Tensor z = tied_head_logits(h, word->weight);  // (B, T, V)
+  if (tp_.regions) h = tp_.regions->copy_to(h);
+  at::Tensor z = tied_head_logits(h, word->weight);  // (B, T, V/tp)
   at::Tensor l = (z + mlm_bias.to(z.scalar_type())).to(at::kFloat);
-  return at::cross_entropy_loss(l.view({-1, l.size(-1)}), b.target.reshape({-1}), {},
-                                at::Reduction::Mean, -100);
+  return vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), b.target.reshape({-1}),
+                                      word->vocab_start(), tp_.regions.get());
 }
 
 double Bert::flops_per_sample() const {

@@ -7,6 +7,7 @@
 #include "strata/models/flavours.h"
 #include "strata/models/linear.h"
 #include "strata/models/model.h"
+#include "strata/models/vocab_parallel.h"
 
 namespace strata {
 
@@ -21,7 +22,8 @@ class Gpt : public Model {
   double flops_per_sample() const override;
   int64_t tokens_per_sample() const override { return spec_.seq_len; }
 
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::shared_ptr<VocabParallelEmbedding> wte;  // Note [vocab parallel]
+  torch::nn::Embedding wpe{nullptr};
   std::shared_ptr<Dropout> drop;
   torch::nn::LayerNorm ln_f{nullptr};
   std::shared_ptr<ParallelLinear> lm_head;  // only when untied
@@ -30,6 +32,7 @@ class Gpt : public Model {
 
  private:
   ModelSpec spec_;
+  TpContext tp_;
 };
 
 // BERT encoder for masked-LM pre-training: token + position + token-type
@@ -45,14 +48,16 @@ class Bert : public Model {
   double flops_per_sample() const override;
   int64_t tokens_per_sample() const override { return spec_.seq_len; }
 
-  torch::nn::Embedding word{nullptr}, pos{nullptr}, type{nullptr};
+  std::shared_ptr<VocabParallelEmbedding> word;  // Note [vocab parallel]
+  torch::nn::Embedding pos{nullptr}, type{nullptr};
   torch::nn::LayerNorm ln_emb{nullptr}, mlm_ln{nullptr};
   std::shared_ptr<Dropout> drop;
   std::shared_ptr<ParallelLinear> mlm_dense, pooler;
-  at::Tensor mlm_bias;
+  at::Tensor mlm_bias;  // this tp rank's rows of the decoder bias
 
  private:
   ModelSpec spec_;
+  TpContext tp_;
 };
 
 // Training FLOPs per token of a transformer stack (PaLM appendix B): 6 N + 12 L d T,

@@ -4,6 +4,7 @@
 #include <torch/nn/modules/embedding.h>
 
 #include "strata/models/linear.h"
+#include "strata/models/vocab_parallel.h"
 
 namespace strata {
 
@@ -28,6 +29,13 @@ void LayerInit::record(torch::nn::Module& root, bool keep) {
         it.target = lin->weight;
         it.slice = [lin](const at::Tensor& full) { return lin->slice_weight(full); };
         it.zero = lin->bias;
+      }
+      items_.push_back(std::move(it));
+    } else if (auto* vp = mod->as<VocabParallelEmbedding>()) {
+      Item it{{vp->vocab_global, vp->dim}, kEmbeddingStd, {}, {}, {}};
+      if (keep) {
+        it.target = vp->weight;
+        it.slice = [vp](const at::Tensor& full) { return vp->slice_rows(full); };
       }
       items_.push_back(std::move(it));
     } else if (auto* emb = mod->as<torch::nn::Embedding>()) {

@@ -27,8 +27,12 @@ ParallelLinear::ParallelLinear(int64_t in_features, int64_t out_features, bool w
   // weight and uniform bias), so the random stream is that of the whole model.
   torch::nn::Linear full(torch::nn::LinearOptions(in_features, out_features).bias(with_bias));
   at::NoGradGuard no_grad;
-  weight = register_parameter("weight", slice_weight(full->weight).contiguous());
-  if (with_bias) bias = register_parameter("bias", slice_bias(full->bias).contiguous());
+  // A slice gets storage of its own (not a view of the full layer's, which is freed).
+  auto own = [&](const at::Tensor& full_t, const at::Tensor& mine) {
+    return mine.is_same(full_t) ? full_t : mine.clone(at::MemoryFormat::Contiguous);
+  };
+  weight = register_parameter("weight", own(full->weight, slice_weight(full->weight)));
+  if (with_bias) bias = register_parameter("bias", own(full->bias, slice_bias(full->bias)));
 }
 
 namespace {
@@ -58,7 +62,13 @@ at::Tensor ParallelLinear::forward(const at::Tensor& x) {
   // torch::nn::Linear's own forward (matmul, then the bias added in place), so the
   // numbers are those of the model before linears were cut: at::linear's fused
   // flatten-and-addmm path rounds differently (~1e-7).
-  return torch::nn::functional::linear(x, weight, bias_after_reduce() ? at::Tensor() : bias);
+  namespace F = torch::nn::functional;
+  if (tp.size == 1 || kind == LinearKind::kPlain) return F::linear(x, weight, bias);
+  STRATA_ASSERT(tp.regions, "a tensor-parallel linear needs the tp regions");
+  if (kind == LinearKind::kColumn) return F::linear(tp.regions->copy_to(x), weight, bias);
+  // Row: this rank's partial sum, reduced, then the bias once.
+  at::Tensor y = tp.regions->reduce_from(F::linear(x, weight));
+  return bias.defined() ? y + bias : y;
 }
 
 std::shared_ptr<ParallelLinear> make_linear(int64_t in_features, int64_t out_features, bool bias,

@@ -1,5 +1,8 @@
 #pragma once
+#include <ATen/Tensor.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace strata {
@@ -24,9 +27,27 @@ struct StageInfo {
   std::string to_string(int64_t num_blocks) const;
 };
 
-// The tensor-parallel rank a part is cut for (Note [parallel linear]).
+// Note [tensor-parallel regions]: the collectives a tensor-parallel model part needs,
+// under Megatron's names, as autograd pairs. models/ says where they go;
+// parallel/tensor implements them over the mesh's tp group.
+class TpRegions {
+ public:
+  virtual ~TpRegions() = default;
+  // Identity forward, all-reduce (sum) of the gradient backward: entering a
+  // column-parallel linear with a replicated input.
+  virtual at::Tensor copy_to(const at::Tensor& x) = 0;
+  // All-reduce (sum) forward, identity backward: leaving a row-parallel linear.
+  virtual at::Tensor reduce_from(const at::Tensor& x) = 0;
+  // In place, outside autograd (vocab-parallel cross-entropy's statistics).
+  virtual void all_reduce_max_(at::Tensor& x) = 0;
+  virtual void all_reduce_sum_(at::Tensor& x) = 0;
+};
+
+// The tensor-parallel rank a part is cut for (Note [parallel linear]); regions is set
+// when size > 1.
 struct TpContext {
   int64_t rank = 0, size = 1;
+  std::shared_ptr<TpRegions> regions;
 };
 
 }  // namespace strata

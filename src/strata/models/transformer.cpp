@@ -20,6 +20,7 @@ double BlockShape::proj_std() const {
 SelfAttention::SelfAttention(const BlockShape& s)
     : n_head_(s.n_head),
       n_head_local_(s.n_head / s.tp.size),
+      head_offset_(s.tp.rank * (s.n_head / s.tp.size)),
       dropout_(s.dropout),
       causal_(s.causal) {
   STRATA_CHECK(s.n_head % s.tp.size == 0, "n_head=", s.n_head,
@@ -51,7 +52,9 @@ at::Tensor SelfAttention::core(const at::Tensor& q, const at::Tensor& k, const a
                                   k.reshape({B * H, T, D}).transpose(1, 2), /*beta=*/1.0,
                                   /*alpha=*/1.0 / std::sqrt(static_cast<double>(D)))
                           .view({B, H, T, T});
-  return at::matmul(counter_dropout(at::softmax(scores, -1), p, true), v);  // (B, H, T, D)
+  // This rank's heads of the global (B, H, T, T) probabilities: masks keyed globally.
+  const DropoutSlice heads{1, n_head_, head_offset_};
+  return at::matmul(counter_dropout(at::softmax(scores, -1), p, true, heads), v);  // (B, H, T, D)
 }
 
 at::Tensor SelfAttention::forward(const at::Tensor& x) {

@@ -33,7 +33,7 @@ class SelfAttention : public torch::nn::Module {
   SegmentRunner recompute_core;  // selective recompute; null: off
 
  private:
-  int64_t n_head_, n_head_local_;
+  int64_t n_head_, n_head_local_, head_offset_;
   double dropout_;
   bool causal_;
 };

@@ -155,7 +155,10 @@ double grad_norm_squared(const std::vector<NamedParam>& params) {
     at::Tensor flat = g.reshape({-1});
     for (int64_t b = 0; b < flat.numel(); b += kChunk) {
       at::Tensor d = flat.narrow(0, b, std::min(kChunk, flat.numel() - b)).to(at::kDouble);
-      acc.add_(at::dot(d, d));
+      if (p.norm_weight == 1)
+        acc.add_(at::dot(d, d));
+      else
+        acc.add_(at::dot(d, d), p.norm_weight);
     }
   }
   return acc.defined() ? acc.item<double>() : 0.0;
@@ -171,31 +174,52 @@ std::string AdamW::describe() const {
 void AdamW::save_state(std::vector<TensorPiece>& out) {
   if (!writes_state_) return;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& name = params_[i].name;
-    if (std::find(not_saved_.begin(), not_saved_.end(), name) != not_saved_.end()) continue;
+    const NamedParam& p = params_[i];
+    if (!p.saved) continue;
+    if (std::find(not_saved_.begin(), not_saved_.end(), p.name) != not_saved_.end()) continue;
     // The fp32 master when there is one: a checkpoint keeps full precision.
-    const at::Tensor& w = state_[i].master.defined() ? state_[i].master : params_[i].param;
-    out.push_back({"model." + name, w, {}, {}});
-    out.push_back({"optim." + name + ".exp_avg", state_[i].exp_avg, {}, {}});
-    out.push_back({"optim." + name + ".exp_avg_sq", state_[i].exp_avg_sq, {}, {}});
-    out.push_back({"optim." + name + ".step", at::full({1}, state_[i].step, at::kLong), {}, {}});
+    const at::Tensor& w = state_[i].master.defined() ? state_[i].master : p.param;
+    auto regions = [&](const std::string& name, const at::Tensor& t) {
+      if (p.runs.empty()) {
+        out.push_back({name, t, {}, {}});
+        return;
+      }
+      for (const auto& r : p.runs)
+        out.push_back({name, t.narrow(0, r.local_begin, r.length), p.global_shape, r.offsets});
+    };
+    regions("model." + p.name, w);
+    regions("optim." + p.name + ".exp_avg", state_[i].exp_avg);
+    regions("optim." + p.name + ".exp_avg_sq", state_[i].exp_avg_sq);
+    // One step count per tensor: from the slice holding its first element.
+    const bool first =
+        p.runs.empty() || std::all_of(p.runs[0].offsets.begin(), p.runs[0].offsets.end(),
+                                      [](int64_t o) { return o == 0; });
+    if (first)
+      out.push_back(
+          {"optim." + p.name + ".step", at::full({1}, state_[i].step, at::kLong), {}, {}});
   }
 }
 
 void AdamW::load_state(const PieceReader& in) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& name = params_[i].name;
-    in.expect_shape("model." + name, params_[i].param.sizes().vec());
+    const NamedParam& p = params_[i];
+    const auto& name = p.name;
+    in.expect_shape("model." + name, p.runs.empty() ? p.param.sizes().vec() : p.global_shape);
+    // This rank's regions of the global tensor, wherever they were written.
+    auto read = [&](const std::string& key, at::Tensor t) {
+      if (p.runs.empty()) return in.read(key, t);
+      for (const auto& r : p.runs) in.read(key, t.narrow(0, r.local_begin, r.length), r.offsets);
+    };
     State& st = state_[i];
     if (st.master.defined()) {
-      in.read("model." + name, st.master);
-      params_[i].param.copy_(st.master);
+      read("model." + name, st.master);
+      p.param.copy_(st.master);
     } else {
-      in.read("model." + name, params_[i].param);
+      read("model." + name, p.param);
     }
-    in.read("optim." + name + ".exp_avg", st.exp_avg);
-    in.read("optim." + name + ".exp_avg_sq", st.exp_avg_sq);
+    read("optim." + name + ".exp_avg", st.exp_avg);
+    read("optim." + name + ".exp_avg_sq", st.exp_avg_sq);
     at::Tensor s = at::zeros({1}, at::kLong);
     in.read("optim." + name + ".step", s);
     st.step = s.item<int64_t>();

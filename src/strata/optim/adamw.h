@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/state.h"
 #include "strata/memory/multi_tensor.h"
 #include "strata/optim/optimizer.h"
 
@@ -18,6 +19,14 @@ struct NamedParam {
   // parameter's own rank, dim >= 2).
   at::Tensor grad = {};
   int decay = -1;
+  // A tensor-parallel slice: the global shape and where its rows sit (empty: whole).
+  std::vector<int64_t> global_shape = {};
+  std::vector<SliceRun> runs = {};
+  // This rank writes it in checkpoints (each region is written by one rank).
+  bool saved = true;
+  // Its squared norm's weight in the global gradient norm: 1/tp for a tensor every tp
+  // rank holds whole, so the sum over the tp ranks counts it once.
+  double norm_weight = 1;
 };
 // The gradient an optimizer reads for p (p.grad when set, else p.param.grad()).
 const at::Tensor& grad_of(const NamedParam& p);

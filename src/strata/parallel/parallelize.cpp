@@ -8,6 +8,8 @@
 #include "strata/models/build.h"
 #include "strata/parallel/data/ddp.h"
 #include "strata/parallel/recompute.h"
+#include "strata/parallel/tensor/regions.h"
+#include "strata/parallel/tensor/tp_grad_sync.h"
 #include "strata/parallel/zero/zero.h"
 
 namespace strata {
@@ -20,8 +22,9 @@ namespace {
 // at the first differing tensor before anything is read.
 class PartsState : public Stateful {
  public:
-  PartsState(std::vector<std::shared_ptr<Model>> parts, bool writes)
-      : parts_(std::move(parts)), writes_(writes) {}
+  PartsState(std::vector<std::shared_ptr<Model>> parts, bool writes,
+             std::unordered_map<const void*, TpGeometry> geometry)
+      : parts_(std::move(parts)), writes_(writes), geometry_(std::move(geometry)) {}
 
   void save_state(std::vector<TensorPiece>& out) override {
     if (!writes_) return;
@@ -34,8 +37,11 @@ class PartsState : public Stateful {
 
   void load_state(const PieceReader& in) override {
     for (auto& part : parts_) {
-      for (auto& p : part->named_parameters())
-        in.expect_shape("model." + p.key(), p.value().sizes().vec());
+      for (auto& p : part->named_parameters()) {
+        auto g = geometry_.find(p.value().unsafeGetTensorImpl());
+        in.expect_shape("model." + p.key(),
+                        g == geometry_.end() ? p.value().sizes().vec() : g->second.global_shape);
+      }
       for (auto& b : part->named_buffers())
         in.expect_shape("buffer." + b.key(), b.value().sizes().vec());
     }
@@ -49,12 +55,22 @@ class PartsState : public Stateful {
  private:
   std::vector<std::shared_ptr<Model>> parts_;
   bool writes_;
+  std::unordered_map<const void*, TpGeometry> geometry_;  // tensor-parallel slices
 };
 
-TpContext apply_tensor_parallel(Mesh& mesh) {
-  const TpContext tp{mesh.coord().tp, mesh.dims().tp()};
+TpContext apply_tensor_parallel(const ModelSpec& spec, Mesh& mesh, const Config& cfg) {
+  TpContext tp{mesh.coord().tp, mesh.dims().tp(), nullptr};
+  if (tp.size > 1) {
+    STRATA_CHECK(cfg.parallel.zero == 0, "parallel.zero=", cfg.parallel.zero, " with tp=", tp.size,
+                 ": ZeRO over the dp axis of a tensor-parallel run is not supported ",
+                 "yet; use parallel.zero=0 (DDP) with tensor parallelism");
+    STRATA_CHECK((4 * spec.d_model) % tp.size == 0, "tp=", tp.size, " does not divide the MLP ",
+                 "width 4*d_model=", 4 * spec.d_model, "; choose tp dividing it");
+    tp.regions = make_tp_regions(mesh.comm(Axis::kTp));
+  }
   log_rank0("parallelize tensor parallel: tp=", tp.size,
-            tp.size == 1 ? " (whole linears)" : " (column/row-parallel linears)");
+            tp.size == 1 ? " (whole linears)"
+                         : " (column/row-parallel linears, vocab-parallel embedding and loss)");
   return tp;
 }
 
@@ -124,6 +140,9 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
   } else {
     pm.grad_sync = std::make_unique<LocalGradSync>(pm.params);
   }
+  if (mesh.dims().tp() > 1)
+    pm.grad_sync = std::make_unique<TensorParallelGradSync>(std::move(pm.grad_sync), pm.params,
+                                                            mesh.comm(Axis::kTp));
   log_rank0("parallelize data parallel: ", pm.grad_sync->describe());
   return zero;
 }
@@ -158,18 +177,35 @@ int64_t ParallelModel::num_parameters() const {
 
 ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, at::Device device) {
   ParallelModel pm;
-  const TpContext tp = apply_tensor_parallel(mesh);
+  const TpContext tp = apply_tensor_parallel(spec, mesh, cfg);
   const RecomputeMode mode = apply_recompute_mode(cfg);
   pm.parts = apply_pipeline_stage(spec, mesh, cfg, tp, mode, device);
   apply_precision(pm, cfg, device);
   // Frozen parameters (requires_grad false, e.g. BERT's pooler under the MLM loss) get
   // no gradient buffer, no optimizer state and no all-reduce; they are still saved.
+  // Tensor-parallel slices say where they sit; tensors every tp rank holds whole are
+  // written by tp rank 0 and weigh 1/tp in the tp-summed gradient norm.
+  std::unordered_map<const void*, TpGeometry> geometry;
+  for (auto& part : pm.parts) geometry.merge(tp_geometry(*part));
   for (auto& part : pm.parts)
-    for (auto& item : part->named_parameters())
-      (item.value().requires_grad() ? pm.params : pm.frozen).push_back({item.key(), item.value()});
+    for (auto& item : part->named_parameters()) {
+      NamedParam np{item.key(), item.value()};
+      auto g = geometry.find(item.value().unsafeGetTensorImpl());
+      if (g != geometry.end()) {
+        np.global_shape = g->second.global_shape;
+        np.runs = g->second.runs;
+      } else {
+        np.saved = tp.rank == 0;
+        np.norm_weight = 1.0 / static_cast<double>(tp.size);
+      }
+      if (!item.value().requires_grad())
+        STRATA_ASSERT(g == geometry.end(), "frozen parameter ", item.key(), " is a tp slice");
+      (item.value().requires_grad() ? pm.params : pm.frozen).push_back(np);
+    }
   ZeroDataParallel* zero = apply_data_parallel(pm, mesh, cfg);
   apply_optimizer(pm, zero, mesh, cfg);
-  pm.model_state = std::make_unique<PartsState>(pm.parts, mesh.coord().dp == 0);
+  pm.model_state = std::make_unique<PartsState>(
+      pm.parts, mesh.coord().dp == 0 && mesh.coord().tp == 0, std::move(geometry));
   return pm;
 }
 

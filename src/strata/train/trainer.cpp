@@ -60,8 +60,8 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   const auto& t = cfg_.training;
   const auto& p = cfg_.parallel;
   ParallelDims dims(p.dp, p.tp, p.pp, info.world_size);
-  STRATA_CHECK(dims.tp() == 1 && dims.pp() == 1, "parallel.tp=", dims.tp(), " pp=", dims.pp(),
-               ": this build has data parallelism only; set parallel.tp=1 parallel.pp=1");
+  STRATA_CHECK(dims.pp() == 1, "parallel.pp=", dims.pp(),
+               ": this build has no pipeline parallelism yet; set parallel.pp=1");
   set_log_rank(static_cast<int>(info.rank));
   const auto hw = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   threads_ = t.threads > 0 ? t.threads : std::max<int64_t>(1, hw / info.local_world_size);
@@ -110,7 +110,12 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
     timeline_hooks_ = std::make_unique<TimelineBlockHooks>();
     pm_.parts[0]->add_block_hooks(timeline_hooks_.get());
   }
-  at::manual_seed(static_cast<uint64_t>(t.seed) + 1 + static_cast<uint64_t>(info.rank));
+  // Dropout's stream per data replica: the tp ranks of one replica drop the same
+  // elements of what they all hold (the replicated activations). At tp = 1 this is
+  // the rank.
+  const Coord c = mesh_->coord();
+  at::manual_seed(static_cast<uint64_t>(t.seed) + 1 +
+                  static_cast<uint64_t>(c.pp * dims.dp() + c.dp));
   sampler_ = std::make_unique<DistributedSampler>(data_.train->size(), dp, dp_rank_,
                                                   static_cast<uint64_t>(t.seed));
   sampler_state_ = std::make_unique<SamplerState>(*sampler_, dp, info.rank == 0);

@@ -1,0 +1,87 @@
+#include "strata/models/vocab_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/nn/modules/embedding.h>
+
+#include "strata/core/errors.h"
+
+namespace strata {
+
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab, int64_t d, TpContext t)
+    : vocab_global(vocab), dim(d), tp(std::move(t)) {
+  STRATA_CHECK(vocab % tp.size == 0, "model.vocab_size=", vocab,
+               " cannot be split over tp=", tp.size, "; choose a vocabulary divisible by tp");
+  // torch::nn::Embedding's draw at the full shape (Note [layer init]).
+  torch::nn::Embedding full(vocab, d);
+  at::NoGradGuard no_grad;
+  weight =
+      register_parameter("weight", tp.size == 1 ? full->weight : slice_rows(full->weight).clone());
+}
+
+at::Tensor VocabParallelEmbedding::slice_rows(const at::Tensor& full) const {
+  if (tp.size == 1) return full;
+  const int64_t n = vocab_global / tp.size;
+  return full.narrow(0, tp.rank * n, n);
+}
+
+at::Tensor VocabParallelEmbedding::forward(const at::Tensor& ids) {
+  if (tp.size == 1) return at::embedding(weight, ids);
+  const int64_t lo = vocab_start(), n = weight.size(0);
+  const at::Tensor outside = (ids < lo).logical_or(ids >= lo + n);
+  const at::Tensor local = (ids - lo).masked_fill(outside, 0);
+  at::Tensor out = at::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+  return tp.regions->reduce_from(out);
+}
+
+namespace {
+
+class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
+                            const at::Tensor& target, int64_t vocab_start, int64_t regions) {
+    auto* r = reinterpret_cast<TpRegions*>(regions);
+    const int64_t n_local = logits.size(1);
+    at::Tensor max = std::get<0>(logits.max(1));  // (N)
+    r->all_reduce_max_(max);
+    at::Tensor z = logits - max.unsqueeze(1);  // (N, V/tp), <= 0
+    const at::Tensor valid = target.ne(-100);
+    const at::Tensor mine =
+        valid.logical_and(target >= vocab_start).logical_and(target < vocab_start + n_local);
+    const at::Tensor local = (target - vocab_start).masked_fill(mine.logical_not(), 0);
+    at::Tensor picked =
+        z.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill(mine.logical_not(), 0);
+    r->all_reduce_sum_(picked);
+    at::Tensor e = z.exp_();
+    at::Tensor sum = e.sum(1);
+    r->all_reduce_sum_(sum);
+    const at::Tensor count = valid.sum().clamp_min(1).to(at::kFloat);
+    at::Tensor loss = ((sum.log() - picked) * valid).sum() / count;
+    e.div_(sum.unsqueeze(1));  // the local softmax, kept for backward
+    ctx->save_for_backward({e, local, mine, valid, count});
+    return loss;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    auto saved = ctx->get_saved_variables();
+    at::Tensor g = saved[0].clone();  // softmax
+    const at::Tensor& local = saved[1];
+    const at::Tensor& mine = saved[2];
+    g.scatter_add_(1, local.unsqueeze(1), -mine.to(g.scalar_type()).unsqueeze(1));
+    g.mul_((saved[3].to(g.scalar_type()) * (grad[0] / saved[4])).unsqueeze(1));
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
+                                        int64_t vocab_start, TpRegions* regions) {
+  if (!regions)
+    return at::cross_entropy_loss(logits, target, {}, at::Reduction::Mean, /*ignore_index=*/-100);
+  return VocabParallelCrossEntropy::apply(logits, target, vocab_start,
+                                          reinterpret_cast<int64_t>(regions));
+}
+
+}  // namespace strata
