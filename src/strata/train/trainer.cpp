@@ -156,8 +156,9 @@ void Trainer::print_startup() {
   log_rank0("strata train: resolved config\n", table);
   log_rank0("layout      ", mesh_->dims().to_string(), ", ranks from ", info_.source, ", ",
             threads_, " threads per rank");
-  log_rank0("model       ", spec_.flavour, ": ", pm_.num_parameters(), " parameters, ",
-            spec_.n_layer > 0 ? spec_.n_layer : pm_.parts[0]->num_blocks(), " blocks");
+  log_rank0("model       ", spec_.flavour, ": ", pm_.num_parameters(), " parameters",
+            mesh_->dims().tp() > 1 ? c10::str(" on this rank (tp=", mesh_->dims().tp(), ")") : "",
+            ", ", spec_.n_layer > 0 ? spec_.n_layer : pm_.parts[0]->num_blocks(), " blocks");
   log_rank0("data        ", data_.description, ": ", data_.train->size(), " train samples");
   log_rank0("sync        ", pm_.grad_sync->describe());
   const auto& me = cfg_.memory;
