@@ -30,26 +30,47 @@ void with_file_lock(const std::string& lock_path, const std::function<void()>& f
   close(fd);
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  STRATA_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno));
+AtomicFileWriter::AtomicFileWriter(std::string path, const std::string& fix)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
+  fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(fd_ >= 0, "cannot write ", tmp_, ": ", std::strerror(errno), fix);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  close(fd_);
+  unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::append(const void* data, size_t n) {
+  const auto* bytes = static_cast<const char*>(data);
   size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      STRATA_FAIL("cannot write ", tmp, ": ", std::strerror(err), "; is the disk full?");
+  while (off < n) {
+    const ssize_t w = write(fd_, bytes + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      close(fd_);
+      fd_ = -1;
+      unlink(tmp_.c_str());
+      STRATA_FAIL("cannot write ", tmp_, ": ", std::strerror(err), "; is the disk full?");
     }
-    off += static_cast<size_t>(n);
+    off += static_cast<size_t>(w);
   }
-  bool ok = fsync(fd) == 0;
-  close(fd);
-  STRATA_CHECK(ok && std::rename(tmp.c_str(), path.c_str()) == 0, "cannot finish writing ", path,
+}
+
+void AtomicFileWriter::commit() {
+  const bool ok = fsync(fd_) == 0;
+  close(fd_);
+  fd_ = -1;
+  STRATA_CHECK(ok && std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot finish writing ", path_,
                ": ", std::strerror(errno));
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  AtomicFileWriter out(path);
+  out.append(content.data(), content.size());
+  out.commit();
 }
 
 std::string read_file(const std::string& path) {

@@ -55,6 +55,11 @@ class PartBuilder {
   torch::nn::Module& m_;
   LayerInit init_;
 };
+
+// A PartBuilder maker of a plain (replicated) n x d embedding.
+std::function<std::shared_ptr<nn::EmbeddingImpl>()> embedding(int64_t n, int64_t d) {
+  return [n, d] { return nn::Embedding(n, d).ptr(); };
+}
 }  // namespace
 
 Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp)
@@ -63,11 +68,10 @@ Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp)
   const bool first = stage.first, last = stage.last;
   const bool tied_here = spec.tied_embedding && last;
   PartBuilder b(*this);
-  auto emb = [](int64_t n, int64_t d) { return [n, d] { return nn::Embedding(n, d).ptr(); }; };
   wte = b.unit<VocabParallelEmbedding>(first || tied_here, "wte", [&] {
     return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.d_model, tp);
   });
-  auto wpe_ptr = b.unit<nn::EmbeddingImpl>(first, "wpe", emb(spec.seq_len, spec.d_model));
+  auto wpe_ptr = b.unit<nn::EmbeddingImpl>(first, "wpe", embedding(spec.seq_len, spec.d_model));
   if (wpe_ptr) wpe = nn::Embedding(wpe_ptr);
   if (first) drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
   const BlockShape shape = block_shape(spec, /*causal=*/true, tp);
@@ -120,7 +124,6 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
   const int64_t L = spec.n_layer;
   const bool first = stage.first, last = stage.last;
   PartBuilder b(*this);
-  auto emb = [](int64_t n, int64_t d) { return [n, d] { return nn::Embedding(n, d).ptr(); }; };
   auto ln = [&](const std::string& name) {
     return register_module(name, nn::LayerNorm(nn::LayerNormOptions({spec.d_model}).eps(1e-12)));
   };
@@ -128,9 +131,9 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
   word = b.unit<VocabParallelEmbedding>(first || last, "word", [&] {
     return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.d_model, tp);
   });
-  if (auto p = b.unit<nn::EmbeddingImpl>(first, "pos", emb(spec.seq_len, spec.d_model)))
+  if (auto p = b.unit<nn::EmbeddingImpl>(first, "pos", embedding(spec.seq_len, spec.d_model)))
     pos = nn::Embedding(p);
-  if (auto p = b.unit<nn::EmbeddingImpl>(first, "type", emb(spec.type_vocab, spec.d_model)))
+  if (auto p = b.unit<nn::EmbeddingImpl>(first, "type", embedding(spec.type_vocab, spec.d_model)))
     type = nn::Embedding(p);
   if (first) {
     ln_emb = ln("ln_emb");

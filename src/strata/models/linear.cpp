@@ -8,14 +8,6 @@
 
 namespace strata {
 
-std::string StageInfo::to_string(int64_t num_blocks) const {
-  std::string s =
-      "blocks [" + std::to_string(block_begin) + ", " + std::to_string(end(num_blocks)) + ")";
-  if (first) s += ", embedding";
-  if (last) s += ", head";
-  return s;
-}
-
 ParallelLinear::ParallelLinear(int64_t in_features, int64_t out_features, bool with_bias,
                                LinearKind k, TpContext t, double std, int64_t g)
     : in_global(in_features), out_global(out_features), kind(k), tp(t), init_std(std), groups(g) {

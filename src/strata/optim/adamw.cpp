@@ -121,7 +121,12 @@ void AdamW::step_chunk(const std::vector<size_t>& idx, double lr, double grad_sc
 }
 
 void AdamW::zero_grad() {
-  for (auto& p : params_) {
+  zero_grads(params_);
+}
+
+void zero_grads(const std::vector<NamedParam>& params) {
+  at::NoGradGuard no_grad;
+  for (const auto& p : params) {
     at::Tensor g = grad_of(p);
     if (g.defined()) g.zero_();
   }
@@ -172,11 +177,9 @@ std::string AdamW::describe() const {
 }
 
 void AdamW::save_state(std::vector<TensorPiece>& out) {
-  if (!writes_state_) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     const NamedParam& p = params_[i];
     if (!p.saved) continue;
-    if (std::find(not_saved_.begin(), not_saved_.end(), p.name) != not_saved_.end()) continue;
     // The fp32 master when there is one: a checkpoint keeps full precision.
     const at::Tensor& w = state_[i].master.defined() ? state_[i].master : p.param;
     auto regions = [&](const std::string& name, const at::Tensor& t) {

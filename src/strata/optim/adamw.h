@@ -22,7 +22,9 @@ struct NamedParam {
   // A tensor-parallel slice: the global shape and where its rows sit (empty: whole).
   std::vector<int64_t> global_shape = {};
   std::vector<SliceRun> runs = {};
-  // This rank writes it in checkpoints (each region is written by one rank).
+  // This rank writes it in checkpoints: each region by exactly one rank (not by other
+  // data-parallel replicas, other tp ranks when it is whole on each, or a stage holding a
+  // tied copy).
   bool saved = true;
   // Its squared norm's weight in the global gradient norm: 1/tp for a tensor every tp
   // rank holds whole, so the sum over the tp ranks counts it once.
@@ -53,12 +55,10 @@ class AdamW : public Optimizer {
   void step(double lr, double grad_scale) override { step(lr, grad_scale, 0, SIZE_MAX); }
   void step(double lr) { step(lr, 1.0); }
   std::string describe() const override;
-  // Checkpoint pieces (Note [component state]): the whole tensors, written by one of
-  // the replicas (writes_state); copies owned by another stage are left to it.
+  // Checkpoint pieces (Note [component state]): each parameter this rank writes
+  // (NamedParam::saved), whole or as its tensor-parallel regions.
   void save_state(std::vector<TensorPiece>& out) override;
   void load_state(const PieceReader& in) override;
-  void set_writes_state(bool writes) { writes_state_ = writes; }
-  void set_not_saved(std::vector<std::string> names) { not_saved_ = std::move(names); }
 
   // One update with learning rate lr on the gradients times grad_scale (loss-scale
   // unscaling and clipping in one factor; fp32 gradients are scaled in place, as
@@ -87,8 +87,6 @@ class AdamW : public Optimizer {
   std::vector<NamedParam> params_;
   std::vector<State> state_;
   AdamWOptions opts_;
-  bool writes_state_ = true;
-  std::vector<std::string> not_saved_;
 };
 
 // Learning rate at a step: linear warmup from lr/warmup to lr, then cosine decay to
@@ -100,5 +98,7 @@ double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, doubl
 // are split (Note [partition-invariant norm]). Non-finite when any gradient element
 // is inf or NaN. Clipping scales them in AdamW::step (its grad_scale).
 double grad_norm_squared(const std::vector<NamedParam>& params);
+// Zeroes the gradients in place (Note [gradient buffers]: their memory stays).
+void zero_grads(const std::vector<NamedParam>& params);
 
 }  // namespace strata

@@ -23,9 +23,7 @@ double LocalGradSync::grad_norm_squared() {
 }
 
 void LocalGradSync::zero_grad() {
-  at::NoGradGuard no_grad;
-  for (auto& np : params_)
-    if (np.param.grad().defined()) np.param.mutable_grad().zero_();
+  zero_grads(params_);
 }
 
 void LocalGradSync::inject_inf() {

@@ -147,7 +147,7 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
   return zero;
 }
 
-void apply_optimizer(ParallelModel& pm, ZeroDataParallel* zero, Mesh& mesh, const Config& cfg) {
+void apply_optimizer(ParallelModel& pm, ZeroDataParallel* zero, const Config& cfg) {
   if (zero) {
     pm.optimizer = std::make_unique<ZeroOptimizer>(*zero);
   } else {
@@ -156,12 +156,6 @@ void apply_optimizer(ParallelModel& pm, ZeroDataParallel* zero, Mesh& mesh, cons
     auto adam =
         std::make_unique<AdamW>(pm.params, AdamWOptions{t.beta1, t.beta2, t.eps, t.weight_decay},
                                 /*master_weights=*/cfg.memory.master_weights);
-    // Replicas hold the same state: the first writes it.
-    adam->set_writes_state(mesh.coord().dp == 0);
-    std::vector<std::string> copies;
-    for (auto& part : pm.parts)
-      for (auto& n : part->tied_copies()) copies.push_back(n);
-    adam->set_not_saved(copies);
     pm.optimizer = std::move(adam);
   }
   log_rank0("parallelize optimizer: ", pm.optimizer->describe());
@@ -184,10 +178,13 @@ ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, 
   // Frozen parameters (requires_grad false, e.g. BERT's pooler under the MLM loss) get
   // no gradient buffer, no optimizer state and no all-reduce; they are still saved.
   // Tensor-parallel slices say where they sit; tensors every tp rank holds whole are
-  // written by tp rank 0 and weigh 1/tp in the tp-summed gradient norm.
+  // written by tp rank 0 and weigh 1/tp in the tp-summed gradient norm. Only the first
+  // data-parallel replica writes, and a stage's tied copy is left to its owner.
   std::unordered_map<const void*, TpGeometry> geometry;
   for (auto& part : pm.parts) geometry.merge(tp_geometry(*part));
-  for (auto& part : pm.parts)
+  const bool first_replica = mesh.coord().dp == 0;
+  for (auto& part : pm.parts) {
+    const std::vector<std::string> copies = part->tied_copies();
     for (auto& item : part->named_parameters()) {
       NamedParam np{item.key(), item.value()};
       auto g = geometry.find(item.value().unsafeGetTensorImpl());
@@ -195,15 +192,17 @@ ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, 
         np.global_shape = g->second.global_shape;
         np.runs = g->second.runs;
       } else {
-        np.saved = tp.rank == 0;
         np.norm_weight = 1.0 / static_cast<double>(tp.size);
       }
+      np.saved = first_replica && (g != geometry.end() || tp.rank == 0) &&
+                 std::find(copies.begin(), copies.end(), item.key()) == copies.end();
       if (!item.value().requires_grad())
         STRATA_ASSERT(g == geometry.end(), "frozen parameter ", item.key(), " is a tp slice");
       (item.value().requires_grad() ? pm.params : pm.frozen).push_back(np);
     }
+  }
   ZeroDataParallel* zero = apply_data_parallel(pm, mesh, cfg);
-  apply_optimizer(pm, zero, mesh, cfg);
+  apply_optimizer(pm, zero, cfg);
   pm.model_state = std::make_unique<PartsState>(
       pm.parts, mesh.coord().dp == 0 && mesh.coord().tp == 0, std::move(geometry));
   return pm;

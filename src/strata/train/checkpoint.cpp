@@ -6,9 +6,7 @@
 #include <zlib.h>
 
 #include <array>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -52,11 +50,7 @@ void fsync_path(const std::string& path) {
 void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorPiece>& pieces) {
   fs::create_directories(dir);
   const std::string base = dir + "/shard-" + std::to_string(rank);
-  const std::string bin = base + ".bin";
-  const std::string tmp = bin + ".part";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  STRATA_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno),
-               "; make checkpoint.dir writable");
+  AtomicFileWriter bin(base + ".bin", "; make checkpoint.dir writable");
   nlohmann::json index = nlohmann::json::array();
   int64_t at_byte = 0;
   for (const auto& p : pieces) {
@@ -76,24 +70,10 @@ void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorP
     else
       e["offsets"] = p.offsets.empty() ? std::vector<int64_t>(t.dim(), 0) : p.offsets;
     index.push_back(std::move(e));
-    size_t off = 0;
-    while (off < n) {
-      const ssize_t w = write(fd, data + off, n - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        const int err = errno;
-        close(fd);
-        unlink(tmp.c_str());
-        STRATA_FAIL("cannot write ", tmp, ": ", std::strerror(err), "; is the disk full?");
-      }
-      off += static_cast<size_t>(w);
-    }
+    bin.append(data, n);
     at_byte += static_cast<int64_t>(n);
   }
-  const bool ok = fsync(fd) == 0;
-  close(fd);
-  STRATA_CHECK(ok && std::rename(tmp.c_str(), bin.c_str()) == 0, "cannot finish writing ", bin,
-               ": ", std::strerror(errno));
+  bin.commit();
   write_file_atomic(base + ".json", index.dump(1));
 }
 
