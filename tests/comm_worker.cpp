@@ -1,7 +1,7 @@
 // A rank for the multi-process tests: exercises every collective of distributed/comm on
 // a mesh and checks the results. Modes: "collectives DP TP" (exit 0 when all
-// results are right), "die" (rank 1 is killed before an all_reduce; the others
-// must fail with a CommError instead of hanging).
+// results are right; with tp > 1 also the tensor-parallel regions), "die" (rank 1 is killed before
+// an all_reduce; the others must fail with a CommError instead of hanging).
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,9 +9,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "strata/core/errors.h"
 #include "strata/distributed/mesh.h"
+#include "strata/parallel/tensor/regions.h"
 
 using namespace strata;
 
@@ -64,6 +66,47 @@ void check_axis(Comm& c, const std::string& label) {
   c.barrier();
 }
 
+// The tensor-parallel regions (parallel/tensor) forward and backward: G is a global
+// (B, T, C) tensor, W a gradient, rank r's sequence slice is positions [r T/n, (r+1) T/n).
+void check_regions(Comm& c) {
+  const int64_t n = c.size(), r = c.rank(), Tl = 3;
+  const double rr = static_cast<double>(r), tri = static_cast<double>(n * (n + 1) / 2);
+  auto regions = make_tp_regions(c);
+  const at::Tensor G = at::arange(2 * n * Tl * 4, at::kFloat).view({2, n * Tl, 4});
+  const at::Tensor W = at::cos(G);
+  auto mine = [&](const at::Tensor& t) { return t.narrow(1, r * Tl, Tl); };
+  struct Case {
+    std::string name;
+    std::function<at::Tensor(const at::Tensor&)> fn;
+    at::Tensor in, out, grad, in_grad;
+  };
+  const std::vector<Case> cases = {
+      {"copy_to", [&](const at::Tensor& x) { return regions->copy_to(x); }, G, G, (rr + 1) * W,
+       tri * W},
+      {"reduce_from", [&](const at::Tensor& x) { return regions->reduce_from(x); }, (rr + 1) * G,
+       tri * G, W, W},
+      {"gather_for_tp", [&](const at::Tensor& x) { return regions->gather_for_tp(x); }, mine(G), G,
+       (rr + 1) * W, tri * mine(W)},
+      {"reduce_scatter_from_tp",
+       [&](const at::Tensor& x) { return regions->reduce_scatter_from_tp(x); }, (rr + 1) * G,
+       tri * mine(G), mine(W), W},
+      {"scatter_to_sequence", [&](const at::Tensor& x) { return regions->scatter_to_sequence(x); },
+       G, mine(G), mine(W), W},
+      {"gather_from_sequence",
+       [&](const at::Tensor& x) { return regions->gather_from_sequence(x); }, mine(G), G, W,
+       mine(W)},
+  };
+  for (const Case& k : cases) {
+    at::Tensor x = k.in.clone().requires_grad_(true);
+    at::Tensor y = k.fn(x);
+    expect(y.sizes() == k.out.sizes() && at::allclose(y, k.out),
+           "tp region " + k.name + " forward");
+    y.backward(k.grad);
+    expect(x.grad().defined() && at::allclose(x.grad(), k.in_grad),
+           "tp region " + k.name + " backward");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,6 +132,7 @@ int main(int argc, char** argv) {
     ParallelDims dims(dp, tp, 1, info.world_size);
     Mesh mesh(info, dims, c10::DeviceType::CPU, std::chrono::milliseconds(30000));
     for (Axis a : {Axis::kWorld, Axis::kDp, Axis::kTp}) check_axis(mesh.comm(a), axis_name(a));
+    if (mesh.comm(Axis::kTp).size() > 1) check_regions(mesh.comm(Axis::kTp));
     // Each group's members must be the ranks the pure grid says.
     auto g = dims.group_of(Axis::kTp, info.rank);
     for (int64_t i = 0; i < mesh.comm(Axis::kTp).size(); ++i)

@@ -10,9 +10,11 @@
 using namespace strata;
 
 namespace {
-int64_t count(const std::string& flavour, DataShape shape = {}) {
+// Published counts are of the unpadded vocabulary (model.vocab_multiple=1).
+int64_t count(const std::string& flavour, DataShape shape = {}, int64_t vocab_multiple = 1) {
   ModelConfig mc;
   mc.flavour = flavour;
+  mc.vocab_multiple = vocab_multiple;
   return build_model(resolve_model_spec(mc, shape))->num_parameters();
 }
 }  // namespace
@@ -25,6 +27,10 @@ TEST(Models, PublishedParameterCounts) {
   // ~110M (Devlin et al.). Exactly: Hugging Face BertForPreTraining's 110,106,428 less
   // the next-sentence classifier (768 x 2 + 2 = 1,538), which masked-LM training omits.
   EXPECT_EQ(bert, 110106428 - 1538);
+  // Padded to a multiple of 128 (the default, Note [vocab padding]): GPT-2's 50257
+  // rows become 50304 (Megatron's count), BERT's 30522 become 30592 (rows and bias).
+  EXPECT_EQ(count("gpt2-124m", {}, 128), 124439808 + 47 * 768);
+  EXPECT_EQ(count("bert-base", {}, 128), bert + 70 * 769);
 }
 
 TEST(Models, DebugGptIsSmallAndRuns) {
@@ -201,13 +207,39 @@ TEST(ModelParts, TensorParallelLinearsKeepTheirSliceOfTheFullWeight) {
         at::equal(p[b + "mlp.fc.weight"], w[b + "mlp.fc.weight"].narrow(0, r * 2 * C, 2 * C)));
     EXPECT_TRUE(
         at::equal(p[b + "mlp.proj.weight"], w[b + "mlp.proj.weight"].narrow(1, r * 2 * C, 2 * C)));
-    const int64_t V = spec.vocab_size;  // vocab-parallel: this rank's rows
+    const int64_t V = spec.padded_vocab(2);  // vocab-parallel: this rank's rows (96 -> 128)
     EXPECT_TRUE(at::equal(p["wte.weight"], w["wte.weight"].narrow(0, r * V / 2, V / 2)));
     EXPECT_TRUE(at::equal(p["wpe.weight"], w["wpe.weight"]));
     EXPECT_TRUE(at::equal(p["block2.ln2.weight"], w["block2.ln2.weight"]));
   }
   // A head count tp does not divide is one clear error.
   EXPECT_THROW(part(spec, StageInfo::whole(), {0, 3}), Error);
+}
+
+TEST(ModelParts, PaddedVocabularyChangesNoLossOrGradient) {
+  // Note [vocab padding]: 96 ids padded to 128 rows. The real rows are the unpadded
+  // model's, the padded ones zero, and their logits are masked: the loss and every
+  // gradient of a real row equal the unpadded model's; padded rows get none.
+  for (const std::string flavour : {"debug", "bert-base"}) {
+    ModelSpec plain = small_spec(flavour), padded = plain;
+    plain.vocab_multiple = 1;
+    padded.vocab_multiple = 128;
+    ASSERT_EQ(padded.padded_vocab(), 128);
+    auto a = part(plain, StageInfo::whole());
+    auto b = part(padded, StageInfo::whole());
+    const std::string emb = flavour == "debug" ? "wte.weight" : "word.weight";
+    auto pa = a->named_parameters(), pb = b->named_parameters();
+    EXPECT_TRUE(at::equal(pb[emb].narrow(0, 0, 96), pa[emb])) << flavour;
+    EXPECT_EQ(pb[emb].narrow(0, 96, 32).abs().max().item<float>(), 0.0f) << flavour;
+    torch::manual_seed(3);
+    Batch batch{at::randint(96, {2, 16}), at::randint(96, {2, 16}), {}};
+    const at::Tensor la = a->forward_loss(batch), lb = b->forward_loss(batch);
+    EXPECT_NEAR(lb.item<double>(), la.item<double>(), 1e-6) << flavour;
+    la.backward();
+    lb.backward();
+    EXPECT_TRUE(at::allclose(pb[emb].grad().narrow(0, 0, 96), pa[emb].grad(), 1e-5, 1e-7));
+    EXPECT_EQ(pb[emb].grad().narrow(0, 96, 32).abs().max().item<float>(), 0.0f) << flavour;
+  }
 }
 
 TEST(ModelParts, DropoutOfAHeadSliceIsTheSliceOfTheWholeMask) {

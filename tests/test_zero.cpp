@@ -315,10 +315,13 @@ TEST(ZeroMemory, ModelStatesMatchTheZeroFormulas) {
       EXPECT_GT(comm_peak, 2 * psi / c.dp) << name << ": gathered units are communication buffers";
   }
   // Units are freed after use: the transient peak does not grow with depth. From 6
-  // to 10 layers it would grow by 4 blocks' parameters (~108 MiB, x1.6 or more) if
-  // gathered units or gradient copies stayed alive.
+  // to 10 layers it would grow by 4 blocks' parameters (~108 MiB) if gathered units or
+  // gradient copies stayed alive. Whether the previous reduction has completed when the
+  // next one launches depends on Gloo's timing, so a run's peak may be one block's
+  // buffer higher or lower than another's (measured: 132.3 or 159.4 MiB at either
+  // depth); the bound allows two blocks of jitter and still fails on a 4-block leak.
   for (int stage : {2, 3}) {
-    std::map<int, double> peak;
+    std::map<int, double> peak, params;
     for (int layers : {6, 10}) {
       const std::string dir =
           temp_dir("zero-mem-deep-s" + std::to_string(stage) + "-" + std::to_string(layers));
@@ -328,15 +331,16 @@ TEST(ZeroMemory, ModelStatesMatchTheZeroFormulas) {
                                           std::to_string(stage)),
                    300);
       ASSERT_EQ(r.status, 0) << r.output;
-      // The highest step: whether the previous reduction has completed when the next
-      // one launches depends on Gloo's timing, so one step's peak may be one block's
-      // buffer lower than another's.
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(gpt2-124m: (\d+) parameters)")));
+      params[layers] = std::stod(m[1]);
       for (const auto& rec : read_metrics(dir + "/metrics.jsonl"))
         peak[layers] = std::max(peak[layers], rec["mem_peak"]["comm_buffers"].get<double>());
     }
-    std::printf("stage %d comm peak: %.1f MiB at 6 layers, %.1f MiB at 10\n", stage,
-                peak[6] / 1048576, peak[10] / 1048576);
-    EXPECT_LT(peak[10], 1.1 * peak[6]) << "stage " << stage;
+    const double block_bytes = (params[10] - params[6]) / 4 * sizeof(float);  // one block
+    std::printf("stage %d comm peak: %.1f MiB at 6 layers, %.1f MiB at 10 (block %.1f MiB)\n",
+                stage, peak[6] / 1048576, peak[10] / 1048576, block_bytes / 1048576);
+    EXPECT_LT(peak[10], peak[6] + 2 * block_bytes) << "stage " << stage;
   }
 }
 

@@ -23,6 +23,7 @@ std::vector<Field> config_fields(Config& c) {
   return {
       {"model", "flavour", &m.flavour},
       {"model", "vocab_size", &m.vocab_size},
+      {"model", "vocab_multiple", &m.vocab_multiple},
       {"model", "seq_len", &m.seq_len},
       {"model", "n_layer", &m.n_layer},
       {"model", "n_head", &m.n_head},
@@ -56,6 +57,7 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel", "dp", &p.dp},
       {"parallel", "tp", &p.tp},
       {"parallel", "pp", &p.pp},
+      {"parallel", "sequence_parallel", &p.sequence_parallel},
       {"parallel", "timeout_s", &p.timeout_s},
       {"parallel", "bucket_cap_mb", &p.bucket_cap_mb},
       {"parallel", "first_bucket_mb", &p.first_bucket_mb},
@@ -322,6 +324,8 @@ void validate_config(const Config& c) {
                                                               {"hidden", m.hidden}})
     STRATA_CHECK(v >= 0, "model.", key, "=", v,
                  " is negative; give a positive value, or 0 for the flavour's default");
+  STRATA_CHECK(c.model.vocab_multiple >= 1, "model.vocab_multiple=", c.model.vocab_multiple,
+               " must be at least 1 (1: no padding; default 128)");
   STRATA_CHECK(c.model.dropout >= 0 && c.model.dropout < 1, "model.dropout=", c.model.dropout,
                " must be in [0, 1)");
   STRATA_CHECK(c.data.eval_fraction >= 0 && c.data.eval_fraction < 0.5,
@@ -332,6 +336,9 @@ void validate_config(const Config& c) {
                "data.source=text needs data.path=<a UTF-8 text file>");
   STRATA_CHECK(c.parallel.dp >= 0 && c.parallel.tp >= 1 && c.parallel.pp >= 1,
                "parallel.dp must be >= 0 (0: all remaining ranks), tp and pp >= 1");
+  STRATA_CHECK(!c.parallel.sequence_parallel || c.parallel.tp > 1,
+               "parallel.sequence_parallel=true splits the sequence over the tp ranks; set "
+               "parallel.tp > 1 or turn it off");
   STRATA_CHECK(c.parallel.timeout_s > 0, "parallel.timeout_s must be positive");
   const auto& p = c.parallel;
   STRATA_CHECK(p.bucket_cap_mb > 0, "parallel.bucket_cap_mb=", p.bucket_cap_mb,

@@ -11,8 +11,12 @@ struct ModelConfig {
   std::string flavour =
       "debug";  // debug, gpt2-124m, gpt2-350m, gpt2-1.5b, bert-base, resnet-18, resnet-50, mlp
   int64_t vocab_size = 0;  // 0: from the tokenizer (text) or the flavour
-  int64_t seq_len = 0;     // 0: the flavour's context length
-  int64_t n_layer = 0;     // 0: the flavour's value
+  // The embedding and head are padded to a multiple of this (and of tp) so the
+  // vocabulary splits over the tp ranks and GEMMs get round shapes (Megatron's
+  // make-vocab-size-divisible-by); padded logits are masked out of the loss.
+  int64_t vocab_multiple = 128;
+  int64_t seq_len = 0;  // 0: the flavour's context length
+  int64_t n_layer = 0;  // 0: the flavour's value
   int64_t n_head = 0;
   int64_t d_model = 0;
   double dropout = 0.0;
@@ -53,6 +57,10 @@ struct ParallelConfig {
   int64_t dp = 0;  // 0: world / (tp * pp)
   int64_t tp = 1;
   int64_t pp = 1;
+  // Megatron's sequence parallelism (tp > 1): layer norms, dropout and the residual
+  // stream hold seq_len/tp positions; all-gathers and reduce-scatters replace the
+  // tp all-reduces.
+  bool sequence_parallel = false;
   double timeout_s = 60;  // every collective and the rendezvous
   // DDP (parallel/data): gradient buckets, unused parameters, buffers, comm hook.
   double bucket_cap_mb = 25;            // bucket size cap in MiB (PyTorch's default)

@@ -13,11 +13,10 @@ CommStats& CommStats::get() {
   return stats;
 }
 
-void CommStats::add(double ms, int64_t bytes) {
+void CommStats::add(const std::string& axis, const std::string& op, double ms, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  totals_.ms += ms;
-  totals_.bytes += bytes;
-  totals_.count += 1;
+  totals_.add(ms, bytes);
+  totals_.by_axis[axis][op].add(ms, bytes);
 }
 
 CommTotals CommStats::take() {
@@ -69,7 +68,7 @@ void CommWork::wait() {
   }
   end_ = std::chrono::steady_clock::now();
   double ms = elapsed();
-  CommStats::get().add(ms, bytes_);
+  CommStats::get().add(axis_, op_, ms, bytes_);
   if (comm_debug())
     log_line(LogLevel::kInfo,
              c10::str("[comm] ", op_, " axis=", axis_, " bytes=", bytes_, " ms=", ms));

@@ -5,23 +5,36 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
 namespace strata {
 
-// Per-process totals of communication, summed by the trainer per step.
-struct CommTotals {
+// Per-process totals of communication, summed by the trainer per step. Bytes are
+// the full tensor of each op (an all-reduce's tensor, an all-gather's output, a
+// reduce-scatter's input), so a reduce-scatter plus an all-gather of a tensor count
+// what one all-reduce of it counts twice, and move the same bytes over a ring.
+struct CommCount {
   double ms = 0;
   int64_t bytes = 0;
   int64_t count = 0;
+  void add(double m, int64_t b) {
+    ms += m;
+    bytes += b;
+    count += 1;
+  }
+};
+struct CommTotals : CommCount {
+  // axis ("dp", "tp", ...) -> op ("all_reduce", ...) -> its totals
+  std::map<std::string, std::map<std::string, CommCount>> by_axis;
 };
 // Thread-safe accumulator; take() returns the totals since the last take().
 class CommStats {
  public:
   static CommStats& get();
-  void add(double ms, int64_t bytes);
+  void add(const std::string& axis, const std::string& op, double ms, int64_t bytes);
   CommTotals take();
 
  private:

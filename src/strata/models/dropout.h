@@ -34,7 +34,9 @@ at::Tensor counter_dropout(const at::Tensor& x, double p, bool train, DropoutSli
 class Dropout : public torch::nn::Module {
  public:
   explicit Dropout(double p) : p_(p) {}
-  at::Tensor forward(const at::Tensor& x) { return counter_dropout(x, p_, is_training()); }
+  at::Tensor forward(const at::Tensor& x, DropoutSlice slice = {}) {
+    return counter_dropout(x, p_, is_training(), slice);
+  }
   double p() const { return p_; }
 
  private:

@@ -1,5 +1,8 @@
 #include "strata/models/flavours.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "strata/core/errors.h"
 
 namespace strata {
@@ -28,6 +31,18 @@ std::vector<std::string> flavour_names() {
   return out;
 }
 
+// Note [vocab padding]: the rows of the embedding and head are the vocabulary rounded
+// up to a multiple of model.vocab_multiple (128 by default, Megatron's
+// make-vocab-size-divisible-by) and of tp, so every tp rank holds the same number of
+// rows. The padded rows are zero, no id looks them up, and their logits are masked
+// to -inf before the loss, so they never win and never get probability mass or
+// gradient. A tp dividing vocab_multiple (1, 2, 4, ... 128 by default) gives the same
+// shape at every tp, so checkpoints move between those layouts.
+int64_t ModelSpec::padded_vocab(int64_t tp) const {
+  const int64_t m = std::lcm(std::max<int64_t>(1, vocab_multiple), std::max<int64_t>(1, tp));
+  return (vocab_size + m - 1) / m * m;
+}
+
 bool is_language_model(Family f) {
   return f == Family::kGpt || f == Family::kBert;
 }
@@ -44,6 +59,7 @@ ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data) {
     s.d_model = pick(cfg.d_model, f.d_model);
     s.seq_len = pick(cfg.seq_len, f.seq_len);
     s.vocab_size = pick(cfg.vocab_size, pick(data.vocab_size, f.vocab));
+    s.vocab_multiple = cfg.vocab_multiple;
     s.type_vocab = f.family == Family::kBert ? 2 : 0;
     s.dropout = cfg.dropout;
     s.tied_embedding = cfg.tied_embedding;

@@ -15,8 +15,12 @@ struct ModelSpec {
   Family family = Family::kGpt;
   // transformers
   int64_t n_layer = 0, n_head = 0, d_model = 0, seq_len = 0, vocab_size = 0, type_vocab = 0;
+  int64_t vocab_multiple = 1;  // Note [vocab padding]
   double dropout = 0;
   bool tied_embedding = true;
+  // The embedding's and head's rows: vocab_size rounded up to a multiple of
+  // vocab_multiple and of tp.
+  int64_t padded_vocab(int64_t tp = 1) const;
   // images
   std::vector<int64_t> resnet_layers;  // blocks per stage
   bool bottleneck = false;

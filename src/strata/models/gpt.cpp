@@ -69,7 +69,8 @@ Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp)
   const bool tied_here = spec.tied_embedding && last;
   PartBuilder b(*this);
   wte = b.unit<VocabParallelEmbedding>(first || tied_here, "wte", [&] {
-    return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.d_model, tp);
+    return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.padded_vocab(tp.size),
+                                                    spec.d_model, tp);
   });
   auto wpe_ptr = b.unit<nn::EmbeddingImpl>(first, "wpe", embedding(spec.seq_len, spec.d_model));
   if (wpe_ptr) wpe = nn::Embedding(wpe_ptr);
@@ -83,7 +84,8 @@ Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp)
   if (last) ln_f = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({spec.d_model})));
   if (!spec.tied_embedding) {
     lm_head = b.unit<ParallelLinear>(last, "lm_head", [&] {
-      return make_linear(spec.d_model, spec.vocab_size, false, LinearKind::kColumn, tp, 0.02);
+      return make_linear(spec.d_model, spec.padded_vocab(tp.size), false, LinearKind::kColumn, tp,
+                         0.02);
     });
   }
   b.finish();
@@ -95,24 +97,28 @@ std::vector<std::string> Gpt::tied_copies() const {
 }
 
 at::Tensor Gpt::embed(const Batch& b) {
-  at::Tensor positions = position_ids(b, spec_.seq_len);
-  return drop->forward(wte->forward(b.input) + wpe->forward(positions));  // (B, T, C)
+  // (B, T, C); under sequence parallelism (B, T/tp, C), this rank's positions.
+  at::Tensor positions = stream_positions(position_ids(b, spec_.seq_len).unsqueeze(0), tp_);
+  at::Tensor pos = at::embedding(tp_.replicated(wpe->weight), positions);
+  return stream_dropout(*drop, wte->forward(b.input) + pos, tp_);
 }
 
 at::Tensor Gpt::logits(const at::Tensor& x) {
-  at::Tensor h = ln_f->forward(x);
+  at::Tensor h = stream_norm(ln_f, x, tp_);
   if (!spec_.tied_embedding) return lm_head->forward(h);  // (B, T, V/tp)
-  // Note [tied head gradient]; under tp the replicated input enters the vocab split.
-  if (tp_.regions) h = tp_.regions->copy_to(h);
+  // Note [tied head gradient]; under tp the replicated input enters the vocab split
+  // (the whole sequence gathered under sequence parallelism).
+  if (tp_.regions)
+    h = tp_.sequence_parallel ? tp_.regions->gather_for_tp(h) : tp_.regions->copy_to(h);
   return tied_head_logits(h, wte->weight);  // (B, T, V/tp)
 }
 
 at::Tensor Gpt::head_loss(const at::Tensor& x, const Batch& b) {
   // fp32 log-softmax over the vocabulary (Note [precision of sensitive ops]).
   at::Tensor l = logits(x).to(at::kFloat);
-  const int64_t start = tp_.rank * (spec_.vocab_size / tp_.size);
+  const int64_t start = tp_.rank * (spec_.padded_vocab(tp_.size) / tp_.size);
   return vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), b.target.reshape({-1}), start,
-                                      tp_.regions.get());
+                                      spec_.vocab_size, tp_.regions.get());
 }
 
 double Gpt::flops_per_sample() const {
@@ -129,7 +135,8 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
   };
   // The MLM decoder is tied to the word embedding: the last stage holds it too.
   word = b.unit<VocabParallelEmbedding>(first || last, "word", [&] {
-    return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.d_model, tp);
+    return std::make_shared<VocabParallelEmbedding>(spec.vocab_size, spec.padded_vocab(tp.size),
+                                                    spec.d_model, tp);
   });
   if (auto p = b.unit<nn::EmbeddingImpl>(first, "pos", embedding(spec.seq_len, spec.d_model)))
     pos = nn::Embedding(p);
@@ -145,14 +152,15 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
                                  [&] { return std::make_shared<BertBlock>(shape); });
     if (blk) blocks_.push_back(blk);
   }
+  // Plain linears; under sequence parallelism mlm_dense sees this rank's positions.
   auto linear = [&] {
-    return make_linear(spec.d_model, spec.d_model, true, LinearKind::kPlain, {}, 0.02);
+    return make_linear(spec.d_model, spec.d_model, true, LinearKind::kPlain, tp, 0.02);
   };
   pooler = b.unit<ParallelLinear>(last, "pooler", linear);
   mlm_dense = b.unit<ParallelLinear>(last, "mlm_dense", linear);
   if (last) {
     mlm_ln = ln("mlm_ln");
-    mlm_bias = register_parameter("mlm_bias", at::zeros({spec.vocab_size / tp.size}));
+    mlm_bias = register_parameter("mlm_bias", at::zeros({spec.padded_vocab(tp.size) / tp.size}));
   }
   b.finish();
   // The pooler serves next-sentence prediction, which masked-LM training omits: it
@@ -168,19 +176,24 @@ std::vector<std::string> Bert::tied_copies() const {
 }
 
 at::Tensor Bert::embed(const Batch& b) {
-  at::Tensor positions = position_ids(b, spec_.seq_len);
-  at::Tensor types = b.token_type.defined() ? b.token_type : at::zeros_like(b.input);
-  return drop->forward(
-      ln_emb->forward(word->forward(b.input) + pos->forward(positions) + type->forward(types)));
+  // Under sequence parallelism everything after the word embedding's reduction holds
+  // this rank's positions.
+  at::Tensor positions = stream_positions(position_ids(b, spec_.seq_len).unsqueeze(0), tp_);
+  at::Tensor types =
+      stream_positions(b.token_type.defined() ? b.token_type : at::zeros_like(b.input), tp_);
+  at::Tensor e = word->forward(b.input) + at::embedding(tp_.replicated(pos->weight), positions) +
+                 at::embedding(tp_.replicated(type->weight), types);
+  return stream_dropout(*drop, stream_norm(ln_emb, e, tp_), tp_);
 }
 
 at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
-  at::Tensor h = mlm_ln->forward(at::gelu(mlm_dense->forward(x)));
-  if (tp_.regions) h = tp_.regions->copy_to(h);
+  at::Tensor h = stream_norm(mlm_ln, at::gelu(mlm_dense->forward(x)), tp_);
+  if (tp_.regions)
+    h = tp_.sequence_parallel ? tp_.regions->gather_for_tp(h) : tp_.regions->copy_to(h);
   at::Tensor z = tied_head_logits(h, word->weight);  // (B, T, V/tp)
   at::Tensor l = (z + mlm_bias.to(z.scalar_type())).to(at::kFloat);
   return vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), b.target.reshape({-1}),
-                                      word->vocab_start(), tp_.regions.get());
+                                      word->vocab_start(), spec_.vocab_size, tp_.regions.get());
 }
 
 double Bert::flops_per_sample() const {

@@ -32,7 +32,8 @@ void LayerInit::record(torch::nn::Module& root, bool keep) {
       }
       items_.push_back(std::move(it));
     } else if (auto* vp = mod->as<VocabParallelEmbedding>()) {
-      Item it{{vp->vocab_global, vp->dim}, kEmbeddingStd, {}, {}, {}};
+      // Drawn at the real vocabulary; slice_rows pads (Note [vocab padding]).
+      Item it{{vp->vocab, vp->dim}, kEmbeddingStd, {}, {}, {}};
       if (keep) {
         it.target = vp->weight;
         it.slice = [vp](const at::Tensor& full) { return vp->slice_rows(full); };

@@ -55,12 +55,18 @@ at::Tensor ParallelLinear::forward(const at::Tensor& x) {
   // numbers are those of the model before linears were cut: at::linear's fused
   // flatten-and-addmm path rounds differently (~1e-7).
   namespace F = torch::nn::functional;
-  if (tp.size == 1 || kind == LinearKind::kPlain) return F::linear(x, weight, bias);
+  if (tp.size == 1) return F::linear(x, weight, bias);
   STRATA_ASSERT(tp.regions, "a tensor-parallel linear needs the tp regions");
-  if (kind == LinearKind::kColumn) return F::linear(tp.regions->copy_to(x), weight, bias);
-  // Row: this rank's partial sum, reduced, then the bias once.
-  at::Tensor y = tp.regions->reduce_from(F::linear(x, weight));
-  return bias.defined() ? y + bias : y;
+  const bool sp = tp.sequence_parallel;
+  // A plain linear under sequence parallelism sees this rank's positions only.
+  if (kind == LinearKind::kPlain) return F::linear(x, tp.replicated(weight), tp.replicated(bias));
+  if (kind == LinearKind::kColumn)
+    return F::linear(sp ? tp.regions->gather_for_tp(x) : tp.regions->copy_to(x), weight, bias);
+  // Row: this rank's partial sum, reduced (scattered over the sequence under
+  // sequence parallelism), then the bias once.
+  at::Tensor part = F::linear(x, weight);
+  at::Tensor y = sp ? tp.regions->reduce_scatter_from_tp(part) : tp.regions->reduce_from(part);
+  return bias.defined() ? y + tp.replicated(bias) : y;
 }
 
 std::shared_ptr<ParallelLinear> make_linear(int64_t in_features, int64_t out_features, bool bias,

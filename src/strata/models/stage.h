@@ -38,6 +38,19 @@ class TpRegions {
   virtual at::Tensor copy_to(const at::Tensor& x) = 0;
   // All-reduce (sum) forward, identity backward: leaving a row-parallel linear.
   virtual at::Tensor reduce_from(const at::Tensor& x) = 0;
+  // Sequence parallelism (Note [sequence parallel]): x is (B, T, ...) with the
+  // sequence on dim 1; a sequence-parallel tensor holds this rank's T/tp positions.
+  // All-gather forward, reduce-scatter backward: entering a column-parallel linear
+  // (or the vocab-parallel head) from the sequence-parallel residual stream.
+  virtual at::Tensor gather_for_tp(const at::Tensor& x) = 0;
+  // Reduce-scatter forward, all-gather backward: leaving a row-parallel linear (or the
+  // vocab-parallel embedding) into the sequence-parallel stream.
+  virtual at::Tensor reduce_scatter_from_tp(const at::Tensor& x) = 0;
+  // Split forward, all-gather backward: a replicated tensor enters the sequence split.
+  virtual at::Tensor scatter_to_sequence(const at::Tensor& x) = 0;
+  // All-gather forward, split backward: leaving the sequence split into replicated
+  // computation whose gradient every rank computes whole.
+  virtual at::Tensor gather_from_sequence(const at::Tensor& x) = 0;
   // In place, outside autograd (vocab-parallel cross-entropy's statistics).
   virtual void all_reduce_max_(at::Tensor& x) = 0;
   virtual void all_reduce_sum_(at::Tensor& x) = 0;
@@ -48,6 +61,13 @@ class TpRegions {
 struct TpContext {
   int64_t rank = 0, size = 1;
   std::shared_ptr<TpRegions> regions;
+  bool sequence_parallel = false;  // only with size > 1
+  // A parameter every tp rank holds whole but, under sequence parallelism, applies to
+  // its own positions only (layer norms, row-parallel biases, position embeddings):
+  // used through copy_to, its gradient is summed over the ranks' positions.
+  at::Tensor replicated(const at::Tensor& p) const {
+    return sequence_parallel && p.defined() ? regions->copy_to(p) : p;
+  }
 };
 
 }  // namespace strata

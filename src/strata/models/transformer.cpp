@@ -17,6 +17,27 @@ double BlockShape::proj_std() const {
   return 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer));
 }
 
+at::Tensor stream_norm(nn::LayerNorm& ln, const at::Tensor& x, const TpContext& tp) {
+  if (!tp.sequence_parallel) return ln->forward(x);
+  const auto& o = ln->options;
+  return at::layer_norm(x, o.normalized_shape(), tp.replicated(ln->weight), tp.replicated(ln->bias),
+                        o.eps());
+}
+
+at::Tensor stream_dropout(Dropout& drop, const at::Tensor& x, const TpContext& tp) {
+  if (!tp.sequence_parallel) return drop.forward(x);
+  const int64_t t = x.size(1);
+  return drop.forward(x, DropoutSlice{1, t * tp.size, tp.rank * t});
+}
+
+at::Tensor stream_positions(const at::Tensor& ids, const TpContext& tp) {
+  if (!tp.sequence_parallel) return ids;
+  const int64_t T = ids.size(1);
+  STRATA_CHECK(T % tp.size == 0, "a sequence of ", T, " tokens cannot be split over tp=", tp.size,
+               "; choose model.seq_len divisible by tp");
+  return ids.narrow(1, tp.rank * (T / tp.size), T / tp.size);
+}
+
 SelfAttention::SelfAttention(const BlockShape& s)
     : n_head_(s.n_head),
       n_head_local_(s.n_head / s.tp.size),
@@ -58,9 +79,12 @@ at::Tensor SelfAttention::core(const at::Tensor& q, const at::Tensor& k, const a
 }
 
 at::Tensor SelfAttention::forward(const at::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
-  const int64_t H = n_head_local_, Cl = H * D;        // this rank's heads and width
-  auto parts = qkv->forward(x).split(Cl, /*dim=*/2);  // 3 x (B, T, Cl)
+  const int64_t C = x.size(2), D = C / n_head_;
+  const int64_t H = n_head_local_, Cl = H * D;  // this rank's heads and width
+  // (B, T, 3 Cl): under sequence parallelism x holds T/tp positions, qkv gathers them.
+  at::Tensor fused = qkv->forward(x);
+  const int64_t B = fused.size(0), T = fused.size(1);
+  auto parts = fused.split(Cl, /*dim=*/2);  // 3 x (B, T, Cl)
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   std::vector<at::Tensor> qkv_heads{heads(parts[0]), heads(parts[1]), heads(parts[2])};
   // (B, H, T, D); selective recompute keeps q, k, v (views of the qkv output, which
@@ -87,7 +111,7 @@ at::Tensor FeedForward::forward(const at::Tensor& x) {
   return proj->forward(at::gelu(fc->forward(x), "tanh"));
 }
 
-GptBlock::GptBlock(const BlockShape& s) {
+GptBlock::GptBlock(const BlockShape& s) : tp_(s.tp) {
   ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({s.d_model})));
   attn = register_module("attn", std::make_shared<SelfAttention>(s));
   ln2 = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({s.d_model})));
@@ -96,13 +120,13 @@ GptBlock::GptBlock(const BlockShape& s) {
 }
 
 at::Tensor GptBlock::forward(const at::Tensor& x) {
-  at::Tensor h = x + drop->forward(attn->forward(ln1->forward(x)));
-  return h + drop->forward(mlp->forward(ln2->forward(h)));
+  at::Tensor h = x + stream_dropout(*drop, attn->forward(stream_norm(ln1, x, tp_)), tp_);
+  return h + stream_dropout(*drop, mlp->forward(stream_norm(ln2, h, tp_)), tp_);
 }
 
 at::Tensor BertBlock::forward(const at::Tensor& x) {
-  at::Tensor h = ln1->forward(x + drop->forward(attn->forward(x)));
-  return ln2->forward(h + drop->forward(mlp->forward(h)));
+  at::Tensor h = stream_norm(ln1, x + stream_dropout(*drop, attn->forward(x), tp_), tp_);
+  return stream_norm(ln2, h + stream_dropout(*drop, mlp->forward(h), tp_), tp_);
 }
 
 }  // namespace strata

@@ -20,6 +20,14 @@ struct BlockShape {
   double proj_std() const;
 };
 
+// Under sequence parallelism (TpContext::sequence_parallel) the residual stream holds
+// this rank's T/tp positions: its layer norms use replicated weights whose gradients
+// are summed over tp, and its dropout masks are keyed on global positions.
+at::Tensor stream_norm(torch::nn::LayerNorm& ln, const at::Tensor& x, const TpContext& tp);
+at::Tensor stream_dropout(Dropout& drop, const at::Tensor& x, const TpContext& tp);
+// This rank's positions of a (B, T) id tensor (the whole of it without SP).
+at::Tensor stream_positions(const at::Tensor& ids, const TpContext& tp);
+
 // Multi-head self-attention: qkv projection (column-parallel: this rank's heads),
 // attention core, output projection (row-parallel).
 class SelfAttention : public torch::nn::Module {
@@ -59,6 +67,9 @@ class GptBlock : public Block {
   std::shared_ptr<SelfAttention> attn;
   std::shared_ptr<FeedForward> mlp;
   std::shared_ptr<Dropout> drop;
+
+ protected:
+  TpContext tp_;
 };
 
 // BERT block, post-LayerNorm: ln1(x + attn(x)), then ln2(x + mlp(x)).

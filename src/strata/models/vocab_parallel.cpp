@@ -4,25 +4,31 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/embedding.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "strata/core/errors.h"
 
 namespace strata {
 
-VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab, int64_t d, TpContext t)
-    : vocab_global(vocab), dim(d), tp(std::move(t)) {
-  STRATA_CHECK(vocab % tp.size == 0, "model.vocab_size=", vocab,
-               " cannot be split over tp=", tp.size, "; choose a vocabulary divisible by tp");
-  // torch::nn::Embedding's draw at the full shape (Note [layer init]).
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t v, int64_t padded, int64_t d, TpContext t)
+    : vocab(v), vocab_global(padded), dim(d), tp(std::move(t)) {
+  STRATA_CHECK(vocab_global % tp.size == 0 && vocab_global >= vocab, "a vocabulary of ",
+               vocab_global, " rows cannot be split over tp=", tp.size,
+               "; choose model.vocab_multiple divisible by tp");
+  // torch::nn::Embedding's draw at the real vocabulary (Note [layer init]).
   torch::nn::Embedding full(vocab, d);
   at::NoGradGuard no_grad;
-  weight =
-      register_parameter("weight", tp.size == 1 ? full->weight : slice_rows(full->weight).clone());
+  at::Tensor mine = slice_rows(full->weight);
+  weight = register_parameter("weight", mine.is_same(full->weight) ? mine : mine.clone());
 }
 
 at::Tensor VocabParallelEmbedding::slice_rows(const at::Tensor& full) const {
-  if (tp.size == 1) return full;
+  const at::Tensor padded =
+      vocab_global == vocab ? full : at::cat({full, at::zeros({vocab_global - vocab, dim})});
+  if (tp.size == 1) return padded;
   const int64_t n = vocab_global / tp.size;
-  return full.narrow(0, tp.rank * n, n);
+  return padded.narrow(0, tp.rank * n, n);
 }
 
 at::Tensor VocabParallelEmbedding::forward(const at::Tensor& ids) {
@@ -31,7 +37,9 @@ at::Tensor VocabParallelEmbedding::forward(const at::Tensor& ids) {
   const at::Tensor outside = (ids < lo).logical_or(ids >= lo + n);
   const at::Tensor local = (ids - lo).masked_fill(outside, 0);
   at::Tensor out = at::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
-  return tp.regions->reduce_from(out);
+  // Summed over the ranks; under sequence parallelism each keeps its positions.
+  return tp.sequence_parallel ? tp.regions->reduce_scatter_from_tp(out)
+                              : tp.regions->reduce_from(out);
 }
 
 namespace {
@@ -76,8 +84,14 @@ class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallel
 
 }  // namespace
 
-at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
-                                        int64_t vocab_start, TpRegions* regions) {
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& in, const at::Tensor& target,
+                                        int64_t vocab_start, int64_t vocab, TpRegions* regions) {
+  at::Tensor logits = in;
+  const int64_t real = std::clamp<int64_t>(vocab - vocab_start, 0, in.size(1));
+  if (real < in.size(1)) {  // padded columns (Note [vocab padding])
+    at::Tensor pad = at::arange(in.size(1), in.options().dtype(at::kLong)).ge(real);
+    logits = in.masked_fill(pad, -std::numeric_limits<float>::infinity());
+  }
   if (!regions)
     return at::cross_entropy_loss(logits, target, {}, at::Reduction::Mean, /*ignore_index=*/-100);
   return VocabParallelCrossEntropy::apply(logits, target, vocab_start,

@@ -15,19 +15,23 @@ namespace strata {
 // operations (the same numbers as torch::nn::Embedding and cross_entropy).
 class VocabParallelEmbedding : public torch::nn::Module {
  public:
-  VocabParallelEmbedding(int64_t vocab, int64_t dim, TpContext tp);
+  // vocab ids, padded to vocab_global rows (Note [vocab padding]).
+  VocabParallelEmbedding(int64_t vocab, int64_t vocab_global, int64_t dim, TpContext tp);
   at::Tensor forward(const at::Tensor& ids);
+  // This rank's rows of a (vocab, dim) weight drawn at the real vocabulary: padded
+  // with zero rows, then sliced.
   at::Tensor slice_rows(const at::Tensor& full) const;
   int64_t vocab_start() const { return tp.rank * (vocab_global / tp.size); }
 
   at::Tensor weight;
-  const int64_t vocab_global, dim;
+  const int64_t vocab, vocab_global, dim;
   const TpContext tp;
 };
 
 // Mean cross-entropy of local logits (N, V/tp) (fp32) against global targets (N)
 // (-100 ignored) over the tp group; the plain cross-entropy when regions is null.
+// Columns of ids >= vocab (padding) are masked out.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
-                                        int64_t vocab_start, TpRegions* regions);
+                                        int64_t vocab_start, int64_t vocab, TpRegions* regions);
 
 }  // namespace strata

@@ -67,10 +67,17 @@ TpContext apply_tensor_parallel(const ModelSpec& spec, Mesh& mesh, const Config&
     STRATA_CHECK((4 * spec.d_model) % tp.size == 0, "tp=", tp.size, " does not divide the MLP ",
                  "width 4*d_model=", 4 * spec.d_model, "; choose tp dividing it");
     tp.regions = make_tp_regions(mesh.comm(Axis::kTp));
+    tp.sequence_parallel = cfg.parallel.sequence_parallel;
+    STRATA_CHECK(!tp.sequence_parallel || spec.seq_len % tp.size == 0,
+                 "parallel.sequence_parallel=true with model.seq_len=", spec.seq_len,
+                 " not divisible by tp=", tp.size, "; choose a seq_len divisible by tp");
   }
   log_rank0("parallelize tensor parallel: tp=", tp.size,
             tp.size == 1 ? " (whole linears)"
-                         : " (column/row-parallel linears, vocab-parallel embedding and loss)");
+                         : " (column/row-parallel linears, vocab-parallel embedding and loss)",
+            tp.sequence_parallel ? c10::str("; sequence parallel: ", spec.seq_len / tp.size,
+                                            " positions of the residual stream per rank")
+                                 : "");
   return tp;
 }
 

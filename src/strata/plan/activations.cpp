@@ -64,7 +64,7 @@ ActivationModel transformer(const ModelSpec& spec, const ActivationOptions& o) {
   s.N = s.B * s.T;
   s.C = static_cast<double>(spec.d_model);
   s.H = static_cast<double>(spec.n_head);
-  s.V = static_cast<double>(spec.vocab_size);
+  s.V = static_cast<double>(spec.padded_vocab(o.tp));
   s.a = static_cast<double>(o.act_bytes);
   s.p = static_cast<double>(o.param_bytes);
   s.t = static_cast<double>(o.tp);

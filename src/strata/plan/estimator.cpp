@@ -39,8 +39,9 @@ ParameterCount count_parameters(const ModelSpec& s) {
     case Family::kGpt: {
       const int64_t d = s.d_model;
       c.per_block = transformer_block(d);
-      c.outside_blocks = s.vocab_size * d + s.seq_len * d + layer_norm(d) +
-                         (s.tied_embedding ? 0 : linear(d, s.vocab_size, /*bias=*/false));
+      const int64_t v = s.padded_vocab();  // Note [vocab padding]
+      c.outside_blocks = v * d + s.seq_len * d + layer_norm(d) +
+                         (s.tied_embedding ? 0 : linear(d, v, /*bias=*/false));
       c.total = c.outside_blocks + s.n_layer * c.per_block;
       c.trainable = c.total;
       break;
@@ -49,8 +50,9 @@ ParameterCount count_parameters(const ModelSpec& s) {
       const int64_t d = s.d_model;
       c.per_block = transformer_block(d);
       const int64_t pooler = linear(d, d);
-      c.outside_blocks = (s.vocab_size + s.seq_len + s.type_vocab) * d + layer_norm(d) + pooler +
-                         linear(d, d) + layer_norm(d) + s.vocab_size;
+      const int64_t v = s.padded_vocab();
+      c.outside_blocks = (v + s.seq_len + s.type_vocab) * d + layer_norm(d) + pooler +
+                         linear(d, d) + layer_norm(d) + v;
       c.total = c.outside_blocks + s.n_layer * c.per_block;
       c.trainable = c.total - pooler;  // frozen: next-sentence prediction is not trained
       break;
@@ -174,7 +176,7 @@ double largest_tensor(const ModelSpec& s) {
   switch (s.family) {
     case Family::kGpt:
     case Family::kBert:
-      return static_cast<double>(std::max(4 * s.d_model * s.d_model, s.vocab_size * s.d_model));
+      return static_cast<double>(std::max(4 * s.d_model * s.d_model, s.padded_vocab() * s.d_model));
     case Family::kResNet: {
       const int64_t w = 64 << (s.resnet_layers.size() - 1);  // the last stage's 3x3 convolution
       return static_cast<double>(w * w * 9);
@@ -244,7 +246,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
               static_cast<double>(p_bytes);
     zu.root_grads =
         (static_cast<double>(e.count.outside_blocks) - frozen -
-         (am.tied_gradient > 0 ? static_cast<double>(spec.vocab_size * spec.d_model) : 0)) /
+         (am.tied_gradient > 0 ? static_cast<double>(spec.padded_vocab() * spec.d_model) : 0)) /
         tp * static_cast<double>(p_bytes);
     zu.largest_group = std::max(zu.block, zu.root);
     zu.second_group = zu.root >= zu.block ? (spec.n_layer > 0 ? zu.block : 0.0)

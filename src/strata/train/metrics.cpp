@@ -8,6 +8,26 @@
 
 namespace strata {
 
+nlohmann::json comm_axes_json(const CommTotals& totals) {
+  auto count = [](const CommCount& c) {
+    return nlohmann::json{{"bytes", c.bytes}, {"count", c.count}, {"ms", c.ms}};
+  };
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [axis, ops] : totals.by_axis) {
+    CommCount sum;
+    nlohmann::json j_ops;
+    for (const auto& [op, c] : ops) {
+      j_ops[op] = count(c);
+      sum.ms += c.ms;
+      sum.bytes += c.bytes;
+      sum.count += c.count;
+    }
+    out[axis] = count(sum);
+    out[axis]["ops"] = j_ops;
+  }
+  return out;
+}
+
 CategoryBytes category_bytes(const nlohmann::json& j) {
   CategoryBytes b{};
   for (size_t c = 0; c < kNumCategories; ++c) {

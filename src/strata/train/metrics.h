@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "strata/distributed/comm.h"
 #include "strata/memory/category.h"
 
 namespace strata {
@@ -23,6 +24,10 @@ nlohmann::json category_json(const std::array<Bytes, kNumCategories>& b) {
   return j;
 }
 CategoryBytes category_bytes(const nlohmann::json& j);
+
+// A step's communication per mesh axis: {axis: {bytes, count, ms, ops: {op: {bytes,
+// count, ms}}}}.
+nlohmann::json comm_axes_json(const CommTotals& totals);
 
 // One JSON object per line, flushed each step so a crashed run keeps its history.
 class MetricsLog {

@@ -402,6 +402,7 @@ TrainSummary Trainer::run() {
         {"optim_ms", phase_ms_[1]},
         {"comm_ms", comm.ms},
         {"comm_bytes", comm.bytes},
+        {"comm_axes", comm_axes_json(comm)},
         {"grad_norm", grad_norm_},
         {"mem_current", category_json(mem.current)},
         {"mem_peak", category_json(mem.peak)},
