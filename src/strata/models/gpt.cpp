@@ -191,7 +191,7 @@ at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
   if (tp_.regions)
     h = tp_.sequence_parallel ? tp_.regions->gather_for_tp(h) : tp_.regions->copy_to(h);
   at::Tensor z = tied_head_logits(h, word->weight);  // (B, T, V/tp)
-  at::Tensor l = (z + mlm_bias.to(z.scalar_type())).to(at::kFloat);
+  at::Tensor l = z.add_(mlm_bias.to(z.scalar_type())).to(at::kFloat);
   return vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), b.target.reshape({-1}),
                                       word->vocab_start(), spec_.vocab_size, tp_.regions.get());
 }

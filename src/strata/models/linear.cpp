@@ -61,7 +61,8 @@ at::Tensor ParallelLinear::forward(const at::Tensor& x) {
   // A plain linear under sequence parallelism sees this rank's positions only.
   if (kind == LinearKind::kPlain) return F::linear(x, tp.replicated(weight), tp.replicated(bias));
   if (kind == LinearKind::kColumn)
-    return F::linear(sp ? tp.regions->gather_for_tp(x) : tp.regions->copy_to(x), weight, bias);
+    return sp ? tp.regions->gathered_linear(x, weight, bias)
+              : F::linear(tp.regions->copy_to(x), weight, bias);
   // Row: this rank's partial sum, reduced (scattered over the sequence under
   // sequence parallelism), then the bias once.
   at::Tensor part = F::linear(x, weight);

@@ -43,6 +43,11 @@ class TpRegions {
   // All-gather forward, reduce-scatter backward: entering a column-parallel linear
   // (or the vocab-parallel head) from the sequence-parallel residual stream.
   virtual at::Tensor gather_for_tp(const at::Tensor& x) = 0;
+  // gather_for_tp(x) then linear(w, b), keeping only this rank's x for backward, which
+  // gathers it again (Megatron's sequence-parallel linear): the gathered input of a
+  // column-parallel linear would otherwise be kept whole, undoing SP's memory saving.
+  virtual at::Tensor gathered_linear(const at::Tensor& x, const at::Tensor& w,
+                                     const at::Tensor& b) = 0;
   // Reduce-scatter forward, all-gather backward: leaving a row-parallel linear (or the
   // vocab-parallel embedding) into the sequence-parallel stream.
   virtual at::Tensor reduce_scatter_from_tp(const at::Tensor& x) = 0;

@@ -91,7 +91,9 @@ ActivationModel transformer(const ModelSpec& spec, const ActivationOptions& o) {
   // Vocabulary-parallel under tp.
   m.head = (bert ? 3 : 1) * nc + stats + s.N * s.V * 4 / s.t;
   if (o.autocast) m.head += (s.V * s.C + (bert ? s.C * s.C : 0.0)) * s.a / s.t;  // weight copies
-  m.head_backward = 2 * s.N * s.V * 4 / s.t;
+  // Under tp the vocab-parallel loss keeps the local softmax instead of the
+  // log-probabilities and turns one copy of it into the logits' gradient: N V / tp x 4.
+  m.head_backward = (s.t > 1 ? 1 : 2) * s.N * s.V * 4 / s.t;
   // The tied word embedding's gradient from the head, where it cannot be added into
   // an existing .grad (the estimator decides; Note [tied head gradient]).
   if (spec.tied_embedding || bert) m.tied_gradient = s.V * s.C * s.p / s.t;

@@ -433,9 +433,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   }
   if (in.comm_hook != "none" && in.zero == 0 && in.dp > 1)
     e.notes.push_back("comm hook " + in.comm_hook + ": its compressed buffers are not estimated");
-  if (in.tp > 1 || in.pp > 1)
-    e.notes.push_back(
-        "tensor and pipeline parallel terms are formulas not yet checked against runs");
+  if (in.pp > 1)
+    e.notes.push_back("pipeline parallel terms are formulas not yet checked against runs");
   if (half && !in.master_weights && spec.family == Family::kResNet)
     e.notes.push_back(
         "ResNet under autocast (master_weights=false): feature maps estimated at 2 bytes, not "

@@ -40,6 +40,7 @@ EstimateInput estimate_input(const Config& cfg, const RunPlan& plan) {
   in.dp = plan.dims.dp();
   in.tp = plan.dims.tp();
   in.pp = plan.dims.pp();
+  in.sequence_parallel = cfg.parallel.sequence_parallel && in.tp > 1;
   in.zero = cfg.parallel.zero;
   in.offload = cfg.parallel.offload;
   in.zero_prefetch = cfg.parallel.zero_prefetch;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/nn/functional/linear.h>
 
 #include "strata/core/errors.h"
 
@@ -99,6 +100,37 @@ class GatherForTp : public torch::autograd::Function<GatherForTp> {
   }
 };
 
+// Forward as F::linear of the gathered input; backward gathers x again for the weight
+// gradient and reduce-scatters the input gradient. Under autocast the forward's
+// matmul ran in the autocast dtype; backward computes in the gradient's dtype and
+// returns each gradient in its input's.
+class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& b, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    ctx->saved_data["bias"] = b.defined();
+    ctx->save_for_backward({x, w});
+    return torch::nn::functional::linear(all_gather_sequence(*reinterpret_cast<Comm*>(comm), x), w,
+                                         b);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const at::Tensor g = grad[0].contiguous();
+    const auto dt = g.scalar_type();
+    const int64_t out = g.size(-1), in = w.size(1);
+    at::Tensor total = all_gather_sequence(comm_of(ctx), x.to(dt));
+    at::Tensor g2 = g.view({-1, out});
+    at::Tensor grad_w = g2.t().mm(total.reshape({-1, in})).to(w.scalar_type());
+    at::Tensor grad_x =
+        reduce_scatter_sequence(comm_of(ctx), g.matmul(w.to(dt))).to(x.scalar_type());
+    at::Tensor grad_b;
+    if (ctx->saved_data["bias"].toBool()) grad_b = g2.sum(0).to(w.scalar_type());
+    return {grad_x, grad_w, grad_b, at::Tensor()};
+  }
+};
+
 class ReduceScatterFromTp : public torch::autograd::Function<ReduceScatterFromTp> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
@@ -143,6 +175,10 @@ class CommRegions : public TpRegions {
   }
   at::Tensor gather_for_tp(const at::Tensor& x) override {
     return GatherForTp::apply(x, reinterpret_cast<int64_t>(&tp_));
+  }
+  at::Tensor gathered_linear(const at::Tensor& x, const at::Tensor& w,
+                             const at::Tensor& b) override {
+    return GatheredLinear::apply(x, w, b, reinterpret_cast<int64_t>(&tp_));
   }
   at::Tensor reduce_scatter_from_tp(const at::Tensor& x) override {
     return ReduceScatterFromTp::apply(x, reinterpret_cast<int64_t>(&tp_));
