@@ -49,6 +49,7 @@ TEST(TensorParallel, MatchesOneProcess) {
       {"gpt-tp4", "", tp4},
       {"gpt-sp-dropout", drop, tp2 + sp},
       {"gpt-tp4-sp", "", tp4 + sp},
+      {"gpt-untied-sp", "--model.tied_embedding=false ", tp2 + sp},
       {"bert-sp-dropout", bert + drop, tp2 + sp},
       {"gpt-dp2-sp", "", "--nproc 4 --parallel.tp=2 " + sp},
       {"gpt-full-recompute-sp", "--memory.recompute=full ", tp2 + sp},

@@ -108,11 +108,12 @@ class GatheredLinear : public torch::autograd::Function<GatheredLinear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const at::Tensor& b, int64_t comm) {
+    // b is empty for a linear without bias (autograd functions take defined tensors).
     ctx->saved_data["comm"] = comm;
-    ctx->saved_data["bias"] = b.defined();
+    ctx->saved_data["bias"] = b.numel() > 0;
     ctx->save_for_backward({x, w});
     return torch::nn::functional::linear(all_gather_sequence(*reinterpret_cast<Comm*>(comm), x), w,
-                                         b);
+                                         b.numel() > 0 ? b : at::Tensor());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto saved = ctx->get_saved_variables();
@@ -178,7 +179,8 @@ class CommRegions : public TpRegions {
   }
   at::Tensor gathered_linear(const at::Tensor& x, const at::Tensor& w,
                              const at::Tensor& b) override {
-    return GatheredLinear::apply(x, w, b, reinterpret_cast<int64_t>(&tp_));
+    return GatheredLinear::apply(x, w, b.defined() ? b : at::empty({0}, w.options()),
+                                 reinterpret_cast<int64_t>(&tp_));
   }
   at::Tensor reduce_scatter_from_tp(const at::Tensor& x) override {
     return ReduceScatterFromTp::apply(x, reinterpret_cast<int64_t>(&tp_));
