@@ -90,6 +90,23 @@ TEST(Checkpoint, FlatRunsOfBoxes) {
   EXPECT_EQ(flat_runs({}, {}, {}).size(), 1u);  // a scalar
 }
 
+TEST(Checkpoint, FlatRangesOfBoxes) {
+  // ZeRO shards of a tensor-parallel slice: elements [3, 7) of the box of columns
+  // 2..4 (3 wide) of a 4 x 6 tensor are (1,2)..(2,0) of the box: global 8..10, 14.
+  auto runs = box_flat_runs({4, 6}, {0, 2}, {4, 3}, 3, 4);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].global, 8);
+  EXPECT_EQ(runs[0].local, 0);
+  EXPECT_EQ(runs[0].length, 3);
+  EXPECT_EQ(runs[1].global, 14);
+  EXPECT_EQ(runs[1].local, 3);
+  EXPECT_EQ(runs[1].length, 1);
+  // Of a row slice (whole rows): one run.
+  auto rows = box_flat_runs({4, 6}, {2, 0}, {2, 6}, 5, 4);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].global, 17);
+}
+
 TEST(Checkpoint, FlatShardsAndBoxesReadEachOther) {
   // ZeRO writes flat ranges of the flattened tensor (uneven, one crossing rows);
   // a reader asks for boxes (whole, rows, columns) and for other flat ranges.
@@ -103,8 +120,28 @@ TEST(Checkpoint, FlatShardsAndBoxesReadEachOther) {
   write_shard(
       tmp, 2,
       {{"c", full.narrow(1, 0, 3), {4, 6}, {0, 0}}, {"c", full.narrow(1, 3, 3), {4, 6}, {0, 3}}});
+  // The same column split, each box in two ZeRO shards (flat ranges of the box).
+  const at::Tensor left = full.narrow(1, 0, 3).contiguous().view({-1});
+  const at::Tensor right = full.narrow(1, 3, 3).contiguous().view({-1});
+  write_shard(tmp, 3,
+              {{"z", left.narrow(0, 0, 5), {4, 6}, {0, 0}, 0, {4, 3}},
+               {"z", left.narrow(0, 5, 7), {4, 6}, {0, 0}, 5, {4, 3}},
+               {"z", right.narrow(0, 0, 8), {4, 6}, {0, 3}, 0, {4, 3}},
+               {"z", right.narrow(0, 8, 4), {4, 6}, {0, 3}, 8, {4, 3}}});
   finalize_checkpoint(root, 1, {{"step", 1}}, 2);
   CheckpointReader r(root + "/step-00000001");
+  at::Tensor z = at::empty({4, 6});
+  r.read("z", z);
+  EXPECT_TRUE(at::equal(z, full));
+  // Read back as another split's ZeRO range: elements 2..6 of the box of columns 1..4.
+  at::Tensor zr = at::empty({5});
+  r.read_box_flat("z", zr, {0, 1}, {4, 4}, 2);
+  EXPECT_TRUE(at::equal(zr, full.narrow(1, 1, 4).contiguous().view({-1}).narrow(0, 2, 5)));
+  at::Tensor wr = at::empty({4});
+  r.read_box_flat("w", wr, {1, 3}, {2, 3}, 1);  // from the flat ZeRO pieces of w
+  EXPECT_TRUE(
+      at::equal(wr, full.narrow(0, 1, 2).narrow(1, 3, 3).contiguous().view({-1}).narrow(0, 1, 4)));
+  EXPECT_THROW(r.read_box_flat("w", wr, {3, 3}, {2, 3}, 0), Error);
   at::Tensor whole = at::empty({4, 6});
   r.read("w", whole);
   EXPECT_TRUE(at::equal(whole, full));

@@ -6,6 +6,7 @@
 #include "strata/models/build.h"
 #include "strata/models/dropout.h"
 #include "strata/models/gpt.h"
+#include "strata/plan/estimator.h"
 
 using namespace strata;
 
@@ -214,6 +215,40 @@ TEST(ModelParts, TensorParallelLinearsKeepTheirSliceOfTheFullWeight) {
   }
   // A head count tp does not divide is one clear error.
   EXPECT_THROW(part(spec, StageInfo::whole(), {0, 3}), Error);
+}
+
+TEST(ModelParts, TensorParallelRankHoldsItsShareOfTheSlicesAndEveryWholeTensor) {
+  // Per-rank parameters = sharded / tp + replicated, for the built parts of every tp
+  // rank: each tensor is either a 1/tp slice of the whole model's (the vocabulary
+  // padded alike: 96 -> 128 rows for tp 1, 2 and 4) or whole on every rank, and the
+  // estimator's per-rank count (count_parameters(spec, tp)) is exactly that.
+  for (const auto& [flavour, tied] : std::vector<std::pair<std::string, bool>>{
+           {"debug", true}, {"debug", false}, {"bert-base", true}}) {
+    const ModelSpec spec = small_spec(flavour, tied);
+    auto whole = part(spec, StageInfo::whole());
+    auto w = whole->named_parameters();
+    for (int64_t tp : {2, 4}) {
+      const ParameterCount pc = count_parameters(spec, tp);
+      for (int64_t r = 0; r < tp; ++r) {
+        auto m = part(spec, StageInfo::whole(), {r, tp});
+        auto p = m->named_parameters();
+        ASSERT_EQ(p.size(), w.size());
+        int64_t sharded = 0, replicated = 0, frozen = 0;
+        for (const auto& item : w) {
+          const int64_t n = p[item.key()].numel(), full = item.value().numel();
+          ASSERT_TRUE(n == full || n * tp == full)
+              << flavour << " tp=" << tp << " " << item.key() << ": " << n << " of " << full;
+          (n == full ? replicated : sharded) += full;
+          if (!p[item.key()].requires_grad()) frozen += n;
+        }
+        EXPECT_GT(sharded, 10 * replicated) << flavour;
+        EXPECT_EQ(m->num_parameters(), sharded / tp + replicated) << flavour << " tp=" << tp;
+        EXPECT_EQ(pc.total, sharded / tp + replicated) << flavour << " tp=" << tp;
+        EXPECT_EQ(pc.total - pc.trainable, frozen) << flavour << " tp=" << tp;
+      }
+      EXPECT_EQ(count_parameters(spec, 1).total, whole->num_parameters()) << flavour;
+    }
+  }
 }
 
 TEST(ModelParts, PaddedVocabularyChangesNoLossOrGradient) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "strata/train/checkpoint.h"
@@ -104,11 +105,18 @@ double max_param_diff(const std::string& run_a, const std::string& run_b, int64_
   strata::CheckpointReader a(run_a + name), b(run_b + name);
   double worst = 0;
   int64_t count = 0;
-  std::ifstream meta(run_a + name + "/shard-0.json");
-  nlohmann::json index = nlohmann::json::parse(meta);
-  for (auto& piece : index) {
-    const std::string key = piece["name"];
-    if (key.rfind("model.", 0) != 0) continue;
+  // Every tensor any rank wrote (a ZeRO rank's shard holds only some of them).
+  std::set<std::string> keys;
+  for (const auto& f : std::filesystem::directory_iterator(run_a + name)) {
+    const std::string file = f.path().filename().string();
+    if (file.rfind("shard-", 0) != 0 || f.path().extension() != ".json") continue;
+    std::ifstream meta(f.path());
+    for (auto& piece : nlohmann::json::parse(meta)) {
+      const std::string key = piece["name"];
+      if (key.rfind("model.", 0) == 0) keys.insert(key);
+    }
+  }
+  for (const std::string& key : keys) {
     at::Tensor ta = at::empty(a.global_shape(key)), tb = at::empty(b.global_shape(key));
     a.read(key, ta);
     b.read(key, tb);

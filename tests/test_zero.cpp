@@ -127,7 +127,7 @@ TEST(ZeroOptimizer, ShardedAdamWEqualsAdamWOnTheWholeTensorWithAndWithoutOffload
     std::vector<ShardPiece> pieces;
     for (auto [off, len] : {std::pair<int64_t, int64_t>{0, 23}, {23, 37}})
       pieces.push_back(
-          {"w", off, len, off, true, flat.narrow(0, off, len), gflat.narrow(0, off, len)});
+          {"w", off, len, off, true, 1.0, flat.narrow(0, off, len), gflat.narrow(0, off, len)});
     ShardedOptimizer opt(pieces, AdamWOptions{0.9, 0.95, 1e-8, 0.1}, true, offload);
     EXPECT_NEAR(opt.grad_norm_squared(), g.pow(2).sum().item<double>(), 1e-3);
     at::Tensor w = w0.clone();

@@ -17,13 +17,16 @@ namespace strata {
 
 // One piece of a (possibly sharded) tensor and where it sits in the global tensor:
 // either a box (offsets per dimension) or, with flat_offset >= 0, a 1-D range of the
-// row-major flattened global tensor (a ZeRO shard of a parameter).
+// row-major flattened global tensor (a ZeRO shard of a parameter), or with box_shape
+// too a 1-D range of the flattened box of that shape at offsets (a ZeRO shard of a
+// tensor-parallel slice).
 struct TensorPiece {
   std::string name;
   at::Tensor tensor;                  // the piece (local shape; 1-D for a flat range)
   std::vector<int64_t> global_shape;  // empty: the piece is the whole tensor
   std::vector<int64_t> offsets;       // per dimension; empty: zeros
   int64_t flat_offset = -1;           // >= 0: a flat range starting here
+  std::vector<int64_t> box_shape;     // with flat_offset: the range is of this box's elements
 };
 
 // A tensor-parallel slice of a global tensor as runs of its local rows (dim 0), each
@@ -45,6 +48,11 @@ class PieceReader {
                     const std::vector<int64_t>& offsets = {}) const = 0;
   // Fills the 1-D out with elements [offset, offset + numel) of the flattened tensor.
   virtual void read_flat(const std::string& name, at::Tensor out, int64_t offset) const = 0;
+  // Fills the 1-D out with elements [offset, offset + numel) of the flattened box of
+  // box_shape at offsets (a ZeRO shard of a tensor-parallel slice).
+  virtual void read_box_flat(const std::string& name, at::Tensor out,
+                             const std::vector<int64_t>& offsets,
+                             const std::vector<int64_t>& box_shape, int64_t offset) const = 0;
   // One error line, naming both shapes, unless name is stored with this global shape.
   void expect_shape(const std::string& name, const std::vector<int64_t>& shape) const;
 };

@@ -140,6 +140,12 @@ double lr_at(int64_t step, int64_t total_steps, int64_t warmup, double lr, doubl
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+bool NamedParam::holds_first_element() const {
+  return runs.empty() ||
+         (runs[0].local_begin == 0 && std::all_of(runs[0].offsets.begin(), runs[0].offsets.end(),
+                                                  [](int64_t o) { return o == 0; }));
+}
+
 double grad_norm_squared(const std::vector<NamedParam>& params) {
   // Note [partition-invariant norm]: each element is squared exactly in fp64 (a
   // float's square fits in a double) and the squares are summed in fp64, in chunks
@@ -194,10 +200,7 @@ void AdamW::save_state(std::vector<TensorPiece>& out) {
     regions("optim." + p.name + ".exp_avg", state_[i].exp_avg);
     regions("optim." + p.name + ".exp_avg_sq", state_[i].exp_avg_sq);
     // One step count per tensor: from the slice holding its first element.
-    const bool first =
-        p.runs.empty() || std::all_of(p.runs[0].offsets.begin(), p.runs[0].offsets.end(),
-                                      [](int64_t o) { return o == 0; });
-    if (first)
+    if (p.holds_first_element())
       out.push_back(
           {"optim." + p.name + ".step", at::full({1}, state_[i].step, at::kLong), {}, {}});
   }

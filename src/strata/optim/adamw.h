@@ -26,9 +26,16 @@ struct NamedParam {
   // data-parallel replicas, other tp ranks when it is whole on each, or a stage holding a
   // tied copy).
   bool saved = true;
+  // Under ZeRO, where every dp rank writes its own shards: this tp rank writes its
+  // shards of it (false for a tensor another tp rank writes, being whole on each, or
+  // a stage's tied copy).
+  bool shard_saved = true;
   // Its squared norm's weight in the global gradient norm: 1/tp for a tensor every tp
   // rank holds whole, so the sum over the tp ranks counts it once.
   double norm_weight = 1;
+  // This rank's tensor holds the global tensor's first element (the rank that writes
+  // the tensor's one optimizer step count).
+  bool holds_first_element() const;
 };
 // The gradient an optimizer reads for p (p.grad when set, else p.param.grad()).
 const at::Tensor& grad_of(const NamedParam& p);

@@ -61,9 +61,6 @@ class PartsState : public Stateful {
 TpContext apply_tensor_parallel(const ModelSpec& spec, Mesh& mesh, const Config& cfg) {
   TpContext tp{mesh.coord().tp, mesh.dims().tp(), nullptr};
   if (tp.size > 1) {
-    STRATA_CHECK(cfg.parallel.zero == 0, "parallel.zero=", cfg.parallel.zero, " with tp=", tp.size,
-                 ": ZeRO over the dp axis of a tensor-parallel run is not supported ",
-                 "yet; use parallel.zero=0 (DDP) with tensor parallelism");
     STRATA_CHECK((4 * spec.d_model) % tp.size == 0, "tp=", tp.size, " does not divide the MLP ",
                  "width 4*d_model=", 4 * spec.d_model, "; choose tp dividing it");
     tp.regions = make_tp_regions(mesh.comm(Axis::kTp));
@@ -137,7 +134,10 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
                 "saves no memory here",
                 p.offload ? " (offload still moves the optimizer state to host memory)" : "");
     // ZeRO broadcasts and checks like DDP, then shards; the optimizer is its own.
-    auto z = std::make_unique<ZeroDataParallel>(pm.parts[0], dp, zero_options_from(cfg));
+    ZeroOptions opts = zero_options_from(cfg);
+    if (mesh.dims().tp() > 1)
+      for (const NamedParam& np : pm.params) opts.tp_params.emplace(np.name, np);
+    auto z = std::make_unique<ZeroDataParallel>(pm.parts[0], dp, std::move(opts));
     zero = z.get();
     pm.grad_sync = std::move(z);
   } else if (dp.size() > 1) {
@@ -147,9 +147,10 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
   } else {
     pm.grad_sync = std::make_unique<LocalGradSync>(pm.params);
   }
-  if (mesh.dims().tp() > 1)
-    pm.grad_sync = std::make_unique<TensorParallelGradSync>(std::move(pm.grad_sync), pm.params,
-                                                            mesh.comm(Axis::kTp));
+  if (mesh.dims().tp() > 1)  // ZeRO weighs its own shards (ShardPiece::norm_weight)
+    pm.grad_sync = std::make_unique<TensorParallelGradSync>(
+        std::move(pm.grad_sync), zero ? std::vector<NamedParam>{} : pm.params,
+        mesh.comm(Axis::kTp));
   log_rank0("parallelize data parallel: ", pm.grad_sync->describe());
   return zero;
 }
@@ -201,8 +202,9 @@ ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, 
       } else {
         np.norm_weight = 1.0 / static_cast<double>(tp.size);
       }
-      np.saved = first_replica && (g != geometry.end() || tp.rank == 0) &&
-                 std::find(copies.begin(), copies.end(), item.key()) == copies.end();
+      np.shard_saved = (g != geometry.end() || tp.rank == 0) &&
+                       std::find(copies.begin(), copies.end(), item.key()) == copies.end();
+      np.saved = first_replica && np.shard_saved;
       if (!item.value().requires_grad())
         STRATA_ASSERT(g == geometry.end(), "frozen parameter ", item.key(), " is a tp slice");
       (item.value().requires_grad() ? pm.params : pm.frozen).push_back(np);

@@ -20,9 +20,12 @@ int64_t layer_norm(int64_t d) {
   return 2 * d;
 }
 // Pre-LN GPT and post-LN BERT blocks hold the same tensors: two layer norms, the
-// fused qkv and output projections, and the 4x MLP.
-int64_t transformer_block(int64_t d) {
-  return 2 * layer_norm(d) + linear(d, 3 * d) + linear(d, d) + linear(d, 4 * d) + linear(4 * d, d);
+// fused qkv and output projections, and the 4x MLP. A tp rank holds 1/tp of the
+// column-parallel linears (qkv, fc) and of the row-parallel weights; the layer norms
+// and the row-parallel biases whole.
+int64_t transformer_block(int64_t d, int64_t tp) {
+  const int64_t sharded = linear(d, 3 * d) + d * d + linear(d, 4 * d) + 4 * d * d;
+  return sharded / tp + 2 * layer_norm(d) + 2 * d;
 }
 int64_t conv(int64_t in, int64_t out, int64_t k) {
   return in * out * k * k;  // no bias: BatchNorm follows
@@ -33,13 +36,17 @@ int64_t batch_norm(int64_t c) {
 
 }  // namespace
 
-ParameterCount count_parameters(const ModelSpec& s) {
+ParameterCount count_parameters(const ModelSpec& s, int64_t tp) {
+  STRATA_CHECK(tp == 1 || s.family == Family::kGpt || s.family == Family::kBert, "tp=", tp, ": ",
+               s.flavour, " has no tensor-parallel layout (only GPT and ",
+               "BERT do); use parallel.tp=1");
   ParameterCount c;
   switch (s.family) {
     case Family::kGpt: {
       const int64_t d = s.d_model;
-      c.per_block = transformer_block(d);
-      const int64_t v = s.padded_vocab();  // Note [vocab padding]
+      c.per_block = transformer_block(d, tp);
+      // Vocab-parallel embedding and head (Note [vocab padding]); positions and ln_f whole.
+      const int64_t v = s.padded_vocab(tp) / tp;
       c.outside_blocks = v * d + s.seq_len * d + layer_norm(d) +
                          (s.tied_embedding ? 0 : linear(d, v, /*bias=*/false));
       c.total = c.outside_blocks + s.n_layer * c.per_block;
@@ -48,9 +55,10 @@ ParameterCount count_parameters(const ModelSpec& s) {
     }
     case Family::kBert: {
       const int64_t d = s.d_model;
-      c.per_block = transformer_block(d);
+      c.per_block = transformer_block(d, tp);
+      // Vocab-parallel word embedding and MLM bias; everything else whole on each rank.
       const int64_t pooler = linear(d, d);
-      const int64_t v = s.padded_vocab();
+      const int64_t v = s.padded_vocab(tp) / tp;
       c.outside_blocks = (v + s.seq_len + s.type_vocab) * d + layer_norm(d) + pooler +
                          linear(d, d) + layer_norm(d) + v;
       c.total = c.outside_blocks + s.n_layer * c.per_block;
@@ -200,23 +208,25 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const int64_t p_bytes = half && in.master_weights ? 2 : 4;
   const int64_t a_bytes = half ? 2 : 4;
   e.count = count_parameters(spec);
+  e.rank_count = count_parameters(spec, in.tp);
+  const ParameterCount& rc = e.rank_count;
 
   // Tensor and pipeline parallel shard the model before data parallelism does:
-  // tp splits the blocks' matrices and the vocabulary, pp gives each stage
-  // ceil(L / pp) blocks (stage 0 also the embeddings; it is the estimate's rank).
+  // tp splits the blocks' matrices and the vocabulary (rc is a tp rank's), pp
+  // gives each stage ceil(L / pp) blocks (stage 0 also the embeddings; it is the
+  // estimate's rank).
   const int64_t layers = std::max<int64_t>(
       1, spec.family == Family::kResNet
              ? std::accumulate(spec.resnet_layers.begin(), spec.resnet_layers.end(), int64_t{0})
              : spec.n_layer);
   const int64_t stage_layers = (layers + in.pp - 1) / in.pp;
-  const double tp = static_cast<double>(in.tp);
-  const double blocks_params = static_cast<double>(e.count.total - e.count.outside_blocks);
-  double rank_total = e.count.outside_blocks / tp + blocks_params / tp *
-                                                        static_cast<double>(stage_layers) /
-                                                        static_cast<double>(layers);
-  const double frozen = static_cast<double>(e.count.total - e.count.trainable);
+  const double blocks_params = static_cast<double>(rc.total - rc.outside_blocks);
+  double rank_total =
+      static_cast<double>(rc.outside_blocks) +
+      blocks_params * static_cast<double>(stage_layers) / static_cast<double>(layers);
+  const double frozen = static_cast<double>(rc.total - rc.trainable);
   const auto rank_params = static_cast<int64_t>(std::llround(rank_total));
-  const auto rank_trainable = static_cast<int64_t>(std::llround(rank_total - frozen / tp));
+  const auto rank_trainable = static_cast<int64_t>(std::llround(rank_total - frozen));
   e.states = model_state_bytes(
       rank_params, rank_trainable,
       StateLayout{p_bytes, half && in.master_weights, in.zero, in.dp, in.offload});
@@ -241,13 +251,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   {
     const double dp = static_cast<double>(in.dp);
     auto padded = [&](double n) { return std::ceil(n / dp) * dp; };
-    zu.block = padded(static_cast<double>(e.count.per_block) / tp) * static_cast<double>(p_bytes);
-    zu.root = padded((static_cast<double>(e.count.outside_blocks) - frozen) / tp) *
-              static_cast<double>(p_bytes);
+    zu.block = padded(static_cast<double>(rc.per_block)) * static_cast<double>(p_bytes);
+    zu.root =
+        padded(static_cast<double>(rc.outside_blocks) - frozen) * static_cast<double>(p_bytes);
+    const double embedding = static_cast<double>(spec.padded_vocab(in.tp) / in.tp * spec.d_model);
     zu.root_grads =
-        (static_cast<double>(e.count.outside_blocks) - frozen -
-         (am.tied_gradient > 0 ? static_cast<double>(spec.padded_vocab() * spec.d_model) : 0)) /
-        tp * static_cast<double>(p_bytes);
+        (static_cast<double>(rc.outside_blocks) - frozen - (am.tied_gradient > 0 ? embedding : 0)) *
+        static_cast<double>(p_bytes);
     zu.largest_group = std::max(zu.block, zu.root);
     zu.second_group = zu.root >= zu.block ? (spec.n_layer > 0 ? zu.block : 0.0)
                                           : (spec.n_layer > 1 ? zu.block : zu.root);
@@ -280,7 +290,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // ZeRO a piece is at most the rank's shard of a group. ZeRO stages 1-2 then
   // all-gather each group while the next steps, two in flight, each with a clone
   // of the shard and (Gloo) a staging buffer of the gathered size.
-  double largest = largest_tensor(spec) / tp;
+  double largest = largest_tensor(spec) / static_cast<double>(in.tp);
   if (in.zero >= 1)
     largest = std::min(
         largest, zu.largest_group / static_cast<double>(p_bytes) / static_cast<double>(in.dp));

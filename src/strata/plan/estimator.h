@@ -22,9 +22,10 @@ struct ParameterCount {
   int64_t per_block = 0;       // the largest block's parameters (a ZeRO-3 unit)
   int64_t outside_blocks = 0;  // embeddings, norms, head: ZeRO's root unit
 };
-// Pure: the parameters of the model Strata builds from spec (tests compare with
-// the built models).
-ParameterCount count_parameters(const ModelSpec& spec);
+// Pure: the parameters of the model Strata builds from spec, or of one tp rank's
+// part of it (its slices of the parallel linears and the vocabulary, and the tensors
+// every tp rank holds whole); tests compare with the built models.
+ParameterCount count_parameters(const ModelSpec& spec, int64_t tp = 1);
 
 // Per-rank bytes of the model states under a data-parallel layout.
 struct ModelStateBytes {
@@ -79,7 +80,8 @@ struct EstimatePoint {
 };
 
 struct MemoryEstimate {
-  ParameterCount count;
+  ParameterCount count;       // the whole model's
+  ParameterCount rank_count;  // one tp rank's (all of its pipeline stages)
   ModelStateBytes states;
   ActivationModel activation;
   std::vector<EstimatePoint> timeline;                 // one step, phase by phase

@@ -65,10 +65,15 @@ void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorP
                         {"byte_offset", at_byte},
                         {"nbytes", n},
                         {"crc32", crc_of(data, n)}};
-    if (p.flat_offset >= 0)
+    if (p.flat_offset >= 0) {
       e["flat_offset"] = p.flat_offset;
-    else
+      if (!p.box_shape.empty()) {
+        e["box_shape"] = p.box_shape;
+        e["offsets"] = p.offsets;
+      }
+    } else {
       e["offsets"] = p.offsets.empty() ? std::vector<int64_t>(t.dim(), 0) : p.offsets;
+    }
     index.push_back(std::move(e));
     bin.append(data, n);
     at_byte += static_cast<int64_t>(n);
@@ -102,6 +107,19 @@ std::vector<FlatRun> flat_runs(const std::vector<int64_t>& global_shape,
       if (++idx[d] < shape[d]) break;
       idx[d] = 0;
     }
+  }
+  return out;
+}
+
+std::vector<FlatRun> box_flat_runs(const std::vector<int64_t>& global_shape,
+                                   const std::vector<int64_t>& offsets,
+                                   const std::vector<int64_t>& box_shape, int64_t flat_offset,
+                                   int64_t length) {
+  std::vector<FlatRun> out;
+  const int64_t end = flat_offset + length;
+  for (const FlatRun& r : flat_runs(global_shape, offsets, box_shape)) {
+    const int64_t lo = std::max(r.local, flat_offset), hi = std::min(r.local + r.length, end);
+    if (lo < hi) out.push_back({r.global + lo - r.local, lo - flat_offset, hi - lo});
   }
   return out;
 }
@@ -190,12 +208,14 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     const int64_t shard = std::stoll(digits);
     parse_checkpoint_json(dir, name, [&](const nlohmann::json& index) {
       for (const auto& j : index) {
-        const bool flat = j.contains("flat_offset");
+        const bool flat = j.contains("flat_offset"), boxed = j.contains("box_shape");
         entries_.emplace(
             j.at("name").get<std::string>(),
             Entry{shard, j.at("dtype"), j.at("global_shape"),
-                  flat ? std::vector<int64_t>{} : j.at("offsets").get<std::vector<int64_t>>(),
+                  flat && !boxed ? std::vector<int64_t>{}
+                                 : j.at("offsets").get<std::vector<int64_t>>(),
                   j.at("shape"), flat ? j.at("flat_offset").get<int64_t>() : -1,
+                  boxed ? j.at("box_shape").get<std::vector<int64_t>>() : std::vector<int64_t>{},
                   j.at("byte_offset"), j.at("nbytes"), j.at("crc32")});
       }
       return 0;
@@ -237,6 +257,22 @@ void CheckpointReader::read_flat(const std::string& name, at::Tensor out, int64_
   read_runs(name, out, {{offset, 0, out.numel()}});
 }
 
+void CheckpointReader::read_box_flat(const std::string& name, at::Tensor out,
+                                     const std::vector<int64_t>& offsets,
+                                     const std::vector<int64_t>& box_shape, int64_t offset) const {
+  const std::vector<int64_t> shape = global_shape(name);
+  int64_t numel = 1;
+  bool inside = shape.size() == box_shape.size() && offsets.size() == box_shape.size();
+  for (size_t d = 0; inside && d < shape.size(); ++d) {
+    inside = offsets[d] >= 0 && offsets[d] + box_shape[d] <= shape[d];
+    numel *= box_shape[d];
+  }
+  STRATA_CHECK(inside && offset >= 0 && offset + out.numel() <= numel, "checkpoint tensor '", name,
+               "' has shape ", c10::IntArrayRef(shape), ", which does not hold the ",
+               "region this run reads; it was written for another model");
+  read_runs(name, out, box_flat_runs(shape, offsets, box_shape, offset, out.numel()));
+}
+
 void CheckpointReader::read_runs(const std::string& name, at::Tensor out,
                                  const std::vector<FlatRun>& want) const {
   auto range = entries_.equal_range(name);
@@ -247,10 +283,12 @@ void CheckpointReader::read_runs(const std::string& name, at::Tensor out,
   int64_t covered = 0;
   for (auto it = range.first; it != range.second; ++it) {
     const Entry& e = it->second;
+    const int64_t len = e.shape.empty() ? 1 : e.shape[0];
     const std::vector<FlatRun> have =
-        e.flat_offset >= 0
-            ? std::vector<FlatRun>{{e.flat_offset, 0, e.shape.empty() ? 1 : e.shape[0]}}
-            : flat_runs(e.global_shape, e.offsets, e.shape);
+        e.flat_offset < 0 ? flat_runs(e.global_shape, e.offsets, e.shape)
+        : e.box_shape.empty()
+            ? std::vector<FlatRun>{{e.flat_offset, 0, len}}
+            : box_flat_runs(e.global_shape, e.offsets, e.box_shape, e.flat_offset, len);
     // Both run lists ascend in global position: merge them.
     std::vector<std::array<int64_t, 3>> copies;  // (piece local, out local, length)
     for (size_t a = 0, b = 0; a < have.size() && b < want.size();) {

@@ -46,6 +46,13 @@ std::vector<FlatRun> flat_runs(const std::vector<int64_t>& global_shape,
                                const std::vector<int64_t>& offsets,
                                const std::vector<int64_t>& shape);
 
+// The runs of elements [flat_offset, flat_offset + length) of the flattened box of
+// box_shape at offsets, local positions counted from flat_offset. Pure.
+std::vector<FlatRun> box_flat_runs(const std::vector<int64_t>& global_shape,
+                                   const std::vector<int64_t>& offsets,
+                                   const std::vector<int64_t>& box_shape, int64_t flat_offset,
+                                   int64_t length);
+
 class CheckpointReader : public PieceReader {
  public:
   explicit CheckpointReader(const std::string& dir);
@@ -56,6 +63,8 @@ class CheckpointReader : public PieceReader {
   void read(const std::string& name, at::Tensor out,
             const std::vector<int64_t>& offsets = {}) const override;
   void read_flat(const std::string& name, at::Tensor out, int64_t offset) const override;
+  void read_box_flat(const std::string& name, at::Tensor out, const std::vector<int64_t>& offsets,
+                     const std::vector<int64_t>& box_shape, int64_t offset) const override;
   std::vector<int64_t> global_shape(const std::string& name) const override;
 
  private:
@@ -63,7 +72,8 @@ class CheckpointReader : public PieceReader {
     int64_t shard;
     std::string dtype;
     std::vector<int64_t> global_shape, offsets, shape;
-    int64_t flat_offset;  // -1: a box
+    int64_t flat_offset;             // -1: a box
+    std::vector<int64_t> box_shape;  // with flat_offset: a range of this box's elements
     int64_t byte_offset, nbytes;
     uint32_t crc;
   };

@@ -35,7 +35,10 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ShardPiece> pieces, AdamWOptions 
 
 double ShardedOptimizer::grad_norm_squared() const {
   std::vector<NamedParam> g;
-  for (auto& p : pieces_) g.push_back({p.name, p.grad, p.grad});
+  for (auto& p : pieces_) {
+    g.push_back({p.name, p.grad, p.grad});
+    g.back().norm_weight = p.norm_weight;
+  }
   return strata::grad_norm_squared(g);
 }
 

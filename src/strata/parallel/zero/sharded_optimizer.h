@@ -17,6 +17,7 @@ struct ShardPiece {
   int64_t offset = 0, length = 0;
   int64_t shard_offset = 0;  // where the piece starts in this rank's shard of its group
   bool decay = false;        // weight decay applies (the parameter has dim >= 2)
+  double norm_weight = 1;    // in the global gradient norm (NamedParam::norm_weight)
   at::Tensor value;          // the parameter piece; undefined when offload holds the only copy
   at::Tensor grad;           // the (averaged) gradient piece
 };

@@ -87,6 +87,9 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<Model> model, Comm& comm, Zer
     }
     names_.push_back(item.key());
     params_.push_back(item.value());
+    auto tp = opts_.tp_params.find(item.key());
+    info_.push_back(tp == opts_.tp_params.end() ? NamedParam{item.key(), item.value()}
+                                                : tp->second);
     auto it = block_of.find(item.value().unsafeGetTensorImpl());
     unit_of_.push_back(it == block_of.end() ? n_blocks : it->second);
   }
@@ -157,9 +160,9 @@ ZeroDataParallel::ZeroDataParallel(std::shared_ptr<Model> model, Comm& comm, Zer
       g->piece_begin = pieces.size();
       for (const ShardSlice& s : shard_slices(l, rank)) {
         const at::Tensor& p = params_[static_cast<size_t>(members[static_cast<size_t>(s.param)])];
-        pieces.push_back({names_[static_cast<size_t>(members[static_cast<size_t>(s.param)])],
-                          s.param_offset, s.length, s.shard_offset, p.dim() >= 2,
-                          g->shard.narrow(0, s.shard_offset, s.length),
+        const auto i = static_cast<size_t>(members[static_cast<size_t>(s.param)]);
+        pieces.push_back({names_[i], s.param_offset, s.length, s.shard_offset, p.dim() >= 2,
+                          info_[i].norm_weight, g->shard.narrow(0, s.shard_offset, s.length),
                           g->shard_grad.narrow(0, s.shard_offset, s.length)});
       }
       g->piece_end = pieces.size();
@@ -500,6 +503,30 @@ nlohmann::json ZeroDataParallel::stats() {
             {"wait_ms", z.wait_ms}}}};
 }
 
+namespace {
+// Where a flat range [offset, offset + length) of parameter p's local elements sits in
+// its global tensor: one flat range when p is whole, else a flat range of each slice
+// run's box it overlaps (Note [component state]). f(box offsets, box shape, offset
+// in the box, offset in the range, length); empty box offsets: the global range.
+template <typename F>
+void for_each_region(const NamedParam& p, const at::Tensor& local, int64_t offset, int64_t length,
+                     F&& f) {
+  if (p.runs.empty()) {
+    f(std::vector<int64_t>{}, std::vector<int64_t>{}, offset, 0, length);
+    return;
+  }
+  const int64_t row = local.numel() / local.size(0);
+  for (const SliceRun& r : p.runs) {
+    const int64_t b0 = r.local_begin * row, b1 = (r.local_begin + r.length) * row;
+    const int64_t lo = std::max(b0, offset), hi = std::min(b1, offset + length);
+    if (lo >= hi) continue;
+    std::vector<int64_t> box = local.sizes().vec();
+    box[0] = r.length;
+    f(r.offsets, box, lo - b0, lo - offset, hi - lo);
+  }
+}
+}  // namespace
+
 void ZeroDataParallel::save_optimizer_state(std::vector<TensorPiece>& out) {
   // Nothing is gathered: each piece is a view of what this rank holds (Note [ZeRO]).
   for (size_t k = 0; k < opt_->size(); ++k) {
@@ -507,14 +534,22 @@ void ZeroDataParallel::save_optimizer_state(std::vector<TensorPiece>& out) {
     if (pc.length == 0) continue;
     const auto i =
         static_cast<size_t>(std::find(names_.begin(), names_.end(), pc.name) - names_.begin());
-    const std::vector<int64_t> shape = params_[i].sizes().vec();
+    const NamedParam& info = info_[i];
+    if (!info.shard_saved) continue;
+    const std::vector<int64_t> shape =
+        info.global_shape.empty() ? params_[i].sizes().vec() : info.global_shape;
     auto flat = [&](const std::string& name, const at::Tensor& t) {
-      out.push_back({name, t, shape, {}, pc.offset});
+      for_each_region(info, params_[i], pc.offset, pc.length,
+                      [&](const std::vector<int64_t>& offsets, const std::vector<int64_t>& box,
+                          int64_t in_box, int64_t at, int64_t n) {
+                        out.push_back({name, t.narrow(0, at, n), shape, offsets, in_box, box});
+                      });
     };
     flat("model." + pc.name, opt_->master(k));
     flat("optim." + pc.name + ".exp_avg", opt_->state(k).exp_avg);
     flat("optim." + pc.name + ".exp_avg_sq", opt_->state(k).exp_avg_sq);
-    if (pc.offset == 0)
+    // The step once per tensor: by the piece at its global element 0.
+    if (pc.offset == 0 && info.holds_first_element())
       out.push_back(
           {"optim." + pc.name + ".step", at::full({1}, opt_->state(k).step, at::kLong), {}, {}});
   }
@@ -523,22 +558,40 @@ void ZeroDataParallel::save_optimizer_state(std::vector<TensorPiece>& out) {
 void ZeroDataParallel::load_optimizer_state(const PieceReader& in) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    in.expect_shape("model." + names_[i], params_[i].sizes().vec());
+    const NamedParam& info = info_[i];
+    in.expect_shape("model." + names_[i],
+                    info.global_shape.empty() ? params_[i].sizes().vec() : info.global_shape);
     if (opts_.stage < 3) {
       // Every rank holds the full parameters below stage 3: one at a time.
       at::Tensor v = at::empty(params_[i].sizes(), at::kFloat);
-      in.read("model." + names_[i], v);
+      if (info.runs.empty())
+        in.read("model." + names_[i], v);
+      else
+        for (const SliceRun& r : info.runs)
+          in.read("model." + names_[i], v.narrow(0, r.local_begin, r.length), r.offsets);
       params_[i].copy_(v);
     }
   }
   for (size_t k = 0; k < opt_->size(); ++k) {
     const ShardPiece& pc = opt_->piece(k);
     if (pc.length == 0) continue;
+    const auto i =
+        static_cast<size_t>(std::find(names_.begin(), names_.end(), pc.name) - names_.begin());
+    auto read = [&](const std::string& name, at::Tensor dst) {
+      for_each_region(info_[i], params_[i], pc.offset, pc.length,
+                      [&](const std::vector<int64_t>& offsets, const std::vector<int64_t>& box,
+                          int64_t in_box, int64_t at, int64_t n) {
+                        if (box.empty())
+                          in.read_flat(name, dst.narrow(0, at, n), in_box);
+                        else
+                          in.read_box_flat(name, dst.narrow(0, at, n), offsets, box, in_box);
+                      });
+    };
     at::Tensor v = at::empty({pc.length}, at::kFloat);
-    in.read_flat("model." + pc.name, v, pc.offset);
+    read("model." + pc.name, v);
     opt_->set_value(k, v);
-    in.read_flat("optim." + pc.name + ".exp_avg", opt_->state(k).exp_avg, pc.offset);
-    in.read_flat("optim." + pc.name + ".exp_avg_sq", opt_->state(k).exp_avg_sq, pc.offset);
+    read("optim." + pc.name + ".exp_avg", opt_->state(k).exp_avg);
+    read("optim." + pc.name + ".exp_avg_sq", opt_->state(k).exp_avg_sq);
     at::Tensor st = at::zeros({1}, at::kLong);
     in.read("optim." + pc.name + ".step", st);
     opt_->state(k).step = st.item<int64_t>();

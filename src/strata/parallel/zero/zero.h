@@ -3,6 +3,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "strata/core/config.h"
@@ -23,6 +24,10 @@ struct ZeroOptions {
   bool broadcast_buffers = true;
   bool master_weights = true;  // fp32 masters for half parameters
   AdamWOptions adam;
+  // Under tensor parallelism, by parameter name: each slice's global shape and runs
+  // (checkpoint pieces of the global tensors), its norm weight, and whether this tp
+  // rank writes it (NamedParam::shard_saved). Empty: every parameter whole.
+  std::unordered_map<std::string, NamedParam> tp_params;
 };
 ZeroOptions zero_options_from(const Config& cfg);
 
@@ -137,6 +142,7 @@ class ZeroDataParallel : public BlockHooks, public GradSync {
   ZeroOptions opts_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
+  std::vector<NamedParam> info_;  // per parameter: tp geometry, norm weight, writer
   std::vector<int64_t> unit_of_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::vector<std::unique_ptr<Unit>> units_;  // blocks 0..L-1, then the root
