@@ -2,7 +2,13 @@
 // schedule and the invariants check_schedule enforces on any schedule.
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include "strata/core/errors.h"
+#include "strata/parallel/pipeline/partition.h"
 #include "strata/parallel/pipeline/schedule.h"
+#include "strata/parallel/pipeline/simulate.h"
+#include "test_util.h"
 
 using namespace strata;
 
@@ -32,4 +38,229 @@ TEST(Schedule, CheckFindsBrokenSchedules) {
       check_schedule({{A{F, 0}, A{F, 1}, A{F, 2}, A{B, 2}, A{B, 1}, A{B, 0}}}, 3);
   EXPECT_EQ(g.error, "");
   EXPECT_EQ(g.max_in_flight, 3);
+}
+
+namespace {
+std::string line(const StageActions& actions, bool compute_only = true) {
+  std::string s;
+  for (const Action& a : actions)
+    if (!compute_only || a.is_compute()) s += (s.empty() ? "" : " ") + a.to_string();
+  return s;
+}
+}  // namespace
+
+TEST(PipelineSchedule, ListsOfTheKnownSchedules) {
+  // p=2, m=4: GPipe and 1F1B by hand; rank 0 of 1F1B warms up with p-1 forwards.
+  auto g = pipeline_schedule(ScheduleKind::kGpipe, 2, 4);
+  EXPECT_EQ(line(g[0]), "0F0 0F1 0F2 0F3 0B0 0B1 0B2 0B3");
+  auto f = pipeline_schedule(ScheduleKind::k1F1B, 2, 4);
+  EXPECT_EQ(line(f[0]), "0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3");
+  EXPECT_EQ(line(f[1]), "0F0 0B0 0F1 0B1 0F2 0B2 0F3 0B3");
+  // With its messages: rank 0 sends activations and receives gradients.
+  EXPECT_EQ(line(f[0], false).substr(0, 27), "0F0 0sF0 0F1 0sF1 0rB0 0B0 ");
+  EXPECT_EQ(line(f[1], false).substr(0, 16), "0rF0 0F0 0B0 0sB");
+  // Interleaved, p=2, v=2, m=4: groups of 2 micro-batches through chunk 0 then 1;
+  // rank 0 warms up with 2(p-1) + (v-1)p = 4 forwards.
+  auto i = pipeline_schedule(ScheduleKind::kInterleaved, 2, 4, 2);
+  EXPECT_EQ(line(i[0]), "0F0 0F1 1F0 1F1 0F2 1B0 0F3 1B1 1F2 0B0 1F3 0B1 1B2 1B3 0B2 0B3");
+  // zb-h1, p=4, m=8: the last stage defers its W's by p-1 positions and runs them in
+  // the cool-down, where 1F1B's stages wait; the first runs F, I, W in turn.
+  auto z = pipeline_schedule(ScheduleKind::kZbH1, 4, 8);
+  EXPECT_EQ(line(z[3]),
+            "0F0 0I0 0F1 0I1 0F2 0I2 0F3 0I3 0W0 0F4 0I4 0W1 0F5 0I5 0W2 0F6 0I6 0W3 0F7 0I7 "
+            "0W4 0W5 0W6 0W7");
+  EXPECT_EQ(line(z[0]),
+            "0F0 0F1 0F2 0F3 0I0 0W0 0F4 0I1 0W1 0F5 0I2 0W2 0F6 0I3 0W3 0F7 0I4 0W4 0I5 0W5 "
+            "0I6 0W6 0I7 0W7");
+}
+
+TEST(PipelineSchedule, EveryScheduleIsValidDeadlockFreeAndHasItsTheoreticalBubble) {
+  // For p in {2,3,4,8}, m in {p, 2p, 3p+1}, v in {1,2} (interleaved; v=2 needs m a
+  // multiple of p): every micro-batch forwarded and backwarded once per chunk, messages
+  // matched in order (check_schedule), the unit-cost simulation completes, and the
+  // bubble is the theory's: (p-1)/(m+p-1) of the step for GPipe and 1F1B (F=1, B=2);
+  // interleaved divides the idle time by v; zb-h1 (F=I=W=1) has a third of 1F1B's.
+  // Activations in flight: m for GPipe, p-r on rank r for 1F1B, at most p (rank 0's
+  // 1F1B peak) on every rank for zb-h1.
+  for (int64_t p : {2, 3, 4, 8})
+    for (int64_t m : {p, 2 * p, 3 * p + 1}) {
+      const std::string at = "p=" + std::to_string(p) + " m=" + std::to_string(m);
+      double idle_1f1b = 0;
+      for (ScheduleKind kind : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+        const auto s = pipeline_schedule(kind, p, m);
+        const ScheduleCheck c = check_schedule(s, m);
+        ASSERT_EQ(c.error, "") << schedule_name(kind) << " " << at;
+        const Simulation sim = simulate_schedule(s, 1, unit_costs());
+        ASSERT_EQ(sim.error, "") << schedule_name(kind) << " " << at;
+        const double idle = sim.step_time - sim.busy[0];
+        if (kind == ScheduleKind::kZbH1) {
+          EXPECT_NEAR(idle, idle_1f1b / 3, 1e-9) << at;
+          EXPECT_NEAR(sim.busy[0], 3.0 * static_cast<double>(m), 1e-9);
+        } else {
+          const double theory = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
+          EXPECT_NEAR(sim.bubble_fraction, theory, 1e-9) << schedule_name(kind) << " " << at;
+        }
+        if (kind == ScheduleKind::k1F1B) idle_1f1b = idle;
+        for (int64_t r = 0; r < p; ++r) {
+          const int64_t held = c.in_flight[static_cast<size_t>(r)];
+          if (kind == ScheduleKind::kZbH1)
+            EXPECT_LE(held, r == 0 ? std::min(m, p) : p) << at << " rank " << r;
+          else
+            EXPECT_EQ(held, kind == ScheduleKind::kGpipe ? m : std::min(m, p - r))
+                << schedule_name(kind) << " " << at << " rank " << r;
+        }
+        if (kind == ScheduleKind::kZbH1) EXPECT_EQ(c.in_flight[0], std::min(m, p)) << at;
+      }
+      for (int64_t v : {1, 2}) {
+        if (v > 1 && m % p != 0) {
+          EXPECT_THROW(pipeline_schedule(ScheduleKind::kInterleaved, p, m, v), Error) << at;
+          continue;
+        }
+        const auto s = pipeline_schedule(ScheduleKind::kInterleaved, p, m, v);
+        const ScheduleCheck c = check_schedule(s, m, v);
+        ASSERT_EQ(c.error, "") << "interleaved v=" << v << " " << at;
+        const Simulation sim = simulate_schedule(s, v, unit_costs(v));
+        ASSERT_EQ(sim.error, "") << "interleaved v=" << v << " " << at;
+        const double idle = sim.step_time - sim.busy[0];
+        EXPECT_NEAR(idle, idle_1f1b / static_cast<double>(v), 1e-9)
+            << "interleaved v=" << v << " " << at;
+      }
+    }
+}
+
+TEST(PipelineSchedule, CheckAndSimulationFindBrokenMessaging) {
+  auto s = pipeline_schedule(ScheduleKind::k1F1B, 2, 2);
+  // Rank 1 receives micro-batch 1 before 0: matched out of order.
+  auto swapped = s;
+  for (Action& a : swapped[1])
+    if (a.type == ActionType::kRecvActivation) a.micro = 1 - a.micro;
+  EXPECT_NE(check_schedule(swapped, 2).error.find("runs before its input is received"),
+            std::string::npos);
+  // Rank 0 waits for the gradient of micro-batch 0 before sending its activations:
+  // each waits for the other.
+  auto cyclic = s;
+  cyclic[0] = {{ActionType::kForward, 0, 0},
+               {ActionType::kRecvGrad, 0, 0},
+               {ActionType::kSendActivation, 0, 0}};
+  const Simulation sim = simulate_schedule(cyclic, 1, unit_costs());
+  EXPECT_NE(sim.error.find("deadlock"), std::string::npos) << sim.error;
+  // A send with no neighbour.
+  auto lonely = s;
+  lonely[1].push_back({ActionType::kSendActivation, 0, 0});
+  EXPECT_NE(check_schedule(lonely, 2).error.find("has no neighbour"), std::string::npos);
+  // One clear line for what a schedule cannot run.
+  EXPECT_THROW(pipeline_schedule(ScheduleKind::k1F1B, 4, 3), Error);
+  EXPECT_THROW(pipeline_schedule(ScheduleKind::k1F1B, 2, 4, 2), Error);
+  EXPECT_THROW(parse_schedule_kind("1F1B-interleaved"), Error);
+  try {
+    pipeline_schedule(ScheduleKind::k1F1B, 4, 3);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs at least pp=4 micro-batches per step (got 3)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(StagePartition, BalancedMinimisesTheSlowestStage) {
+  EXPECT_EQ(uniform_partition(7, 3), (std::vector<int64_t>{3, 2, 2}));
+  StageCosts even;
+  even.block.assign(8, 1.0);
+  EXPECT_EQ(balanced_partition(even, 4), (std::vector<int64_t>{2, 2, 2, 2}));
+  // A heavy head (GPT-2's 50257-token vocabulary against 4 small blocks) moves blocks to
+  // the first stage; a heavy embedding the other way.
+  StageCosts head;
+  head.block.assign(4, 1.0);
+  head.last = 2;
+  EXPECT_EQ(balanced_partition(head, 2), (std::vector<int64_t>{3, 1}));
+  EXPECT_DOUBLE_EQ(slowest_stage(head, {3, 1}), 3);
+  EXPECT_DOUBLE_EQ(slowest_stage(head, {2, 2}), 4);
+  StageCosts embedding = head;
+  embedding.last = 0;
+  embedding.first = 2;
+  EXPECT_EQ(balanced_partition(embedding, 2), (std::vector<int64_t>{1, 3}));
+  // Memory: stage 0 holds 2 micro-batches (1F1B at p=2), so with a cap of 4 block-bytes
+  // it takes at most 2 blocks even though 3 would balance the time better.
+  StageCosts capped = head;
+  capped.block_bytes.assign(4, 1.0);
+  capped.in_flight = {2, 1};
+  capped.capacity = {4, 10};
+  EXPECT_EQ(balanced_partition(capped, 2), (std::vector<int64_t>{2, 2}));
+  capped.capacity = {1, 1};
+  EXPECT_THROW(balanced_partition(capped, 2), Error);
+  EXPECT_THROW(balanced_partition(head, 5), Error);  // fewer blocks than stages
+}
+
+TEST(StagePartition, BalancedEqualsExhaustiveSearch) {
+  // Every partition of up to 8 blocks into up to 4 stages, on seeded random costs: the
+  // dynamic programme's slowest stage equals the best of all of them.
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>((state >> 33) % 1000) / 100.0;
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    StageCosts c;
+    const int64_t blocks = 2 + trial % 7, stages = 1 + trial % std::min<int64_t>(4, blocks);
+    for (int64_t b = 0; b < blocks; ++b) c.block.push_back(next());
+    c.first = next();
+    c.last = 3 * next();
+    double best = 1e300;
+    std::vector<int64_t> part(static_cast<size_t>(stages), 1);
+    std::function<void(int64_t, int64_t)> walk = [&](int64_t s, int64_t left) {
+      if (s == stages - 1) {
+        part[static_cast<size_t>(s)] = left;
+        best = std::min(best, slowest_stage(c, part));
+        return;
+      }
+      for (int64_t n = 1; n <= left - (stages - 1 - s); ++n) {
+        part[static_cast<size_t>(s)] = n;
+        walk(s + 1, left - n);
+      }
+    };
+    walk(0, blocks);
+    const auto got = balanced_partition(c, stages);
+    EXPECT_DOUBLE_EQ(slowest_stage(c, got), best) << "trial " << trial;
+  }
+}
+
+TEST(StagePartition, PartitionStringsAreCheckedWithTheFix) {
+  EXPECT_EQ(parse_partition("5,4,3", 12, 3), (std::vector<int64_t>{5, 4, 3}));
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_partition(text, 12, 3);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of("5,4").find("gives 2 stages and 9 blocks; it needs pp=3 counts summing to "
+                                 "the model's 12 blocks, e.g. '4,4,4'"),
+            std::string::npos)
+      << error_of("5,4");
+  EXPECT_NE(error_of("6,6,0").find("'0' is not a block count of at least 1"), std::string::npos);
+  EXPECT_NE(error_of("6,x,6").find("'x' is not a block count"), std::string::npos);
+}
+
+TEST(ScheduleCli, PrintsTheGridAndTheBubble) {
+  auto r = test::run(test::strata_bin() + " schedule --pp 4 --microbatches 8 --schedule 1f1b");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("stage 3 |   .   .   . 0F0 0B0 0B0 0F1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bubble 27.3% of the step (theory 27.3%)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("micro-batches held at once per rank: 4, 3, 2, 1"), std::string::npos)
+      << r.output;
+  r = test::run(test::strata_bin() +
+                " schedule --pp 4 --microbatches 8 --schedule interleaved --virtual 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("(theory 15.8%)"), std::string::npos) << r.output;
+  test::expect_one_error_line(test::strata_bin() + " schedule --pp 4 --microbatches 3",
+                              "needs at least pp=4 micro-batches per step (got 3)");
+  test::expect_one_error_line(test::strata_bin() + " schedule --schedule 1F1B",
+                              "unknown pipeline schedule '1F1B'");
+  test::expect_one_error_line(test::strata_bin() + " schedule --microbatches 0",
+                              "--microbatches=0 must be at least 1 (micro-batches)");
+  test::expect_one_error_line(test::strata_bin() +
+                                  " schedule --pp 3 --microbatches 7 --schedule interleaved "
+                                  "--virtual 2",
+                              "needs micro-batches per step (7) divisible by pp=3");
 }

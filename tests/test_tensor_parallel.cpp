@@ -128,10 +128,11 @@ TEST(TensorParallel, CommunicationIsFourActivationReductionsPerBlock) {
 TEST(TensorParallel, CheckpointsMoveBetweenTpLayouts) {
   // Written at tp=2, resumed in one process, and the reverse: steps 6-10 match the
   // uninterrupted run of the new layout (1e-5).
-  const std::string one = train_ok("tp-ck-one", kCommon + "--checkpoint.interval=5");
+  const std::string one =
+      train_ok("tp-ck-one", kCommon + "--checkpoint.interval=5 --checkpoint.keep=4");
   const std::string two = train_ok("tp-ck-two", kCommon +
                                                     "--nproc 2 --parallel.tp=2 "
-                                                    "--checkpoint.interval=5");
+                                                    "--checkpoint.interval=5 --checkpoint.keep=4");
   const std::string to_one = train_ok(
       "tp-ck-to-one", kCommon + "--checkpoint.save_final=false --checkpoint.resume=" + two +
                           "/checkpoints/step-00000005");
@@ -145,10 +146,11 @@ TEST(TensorParallel, CheckpointsMoveBetweenTpLayouts) {
   // ZeRO shards of tp slices (flat ranges of boxes): written at dp=2 x tp=2 ZeRO-3,
   // read at tp=2 without ZeRO and at dp=2 ZeRO-1 without tp; tp=2's boxes read into
   // dp=2 x tp=2 ZeRO-1 shards.
-  const std::string zero3 = train_ok("tp-ck-zero3", kCommon +
-                                                        "--nproc 4 --parallel.tp=2 "
-                                                        "--parallel.zero=3 --checkpoint.interval=5 "
-                                                        "--checkpoint.save_final=false");
+  const std::string zero3 =
+      train_ok("tp-ck-zero3", kCommon +
+                                  "--nproc 4 --parallel.tp=2 "
+                                  "--parallel.zero=3 --checkpoint.interval=5 --checkpoint.keep=4 "
+                                  "--checkpoint.save_final=false");
   const std::string z3_ck = zero3 + "/checkpoints/step-00000005";
   expect_losses_match(
       two,

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "strata/cli/estimate.h"
+#include "strata/cli/schedule.h"
 #include "strata/core/config.h"
 #include "strata/core/env.h"
 #include "strata/core/errors.h"
@@ -146,6 +147,14 @@ int main(int argc, char** argv) {
   report->add_option("run_dir", report_dir, "the run's logging.run_dir")->required();
   report->add_option("-o,--output", report_out, "HTML file (default RUN_DIR/report.html)");
 
+  auto* schedule = app.add_subcommand(
+      "schedule", "print a pipeline schedule's step x rank grid and its bubble (no training)");
+  strata::ScheduleArgs sa;
+  schedule->add_option("--pp", sa.pp, "pipeline stages (ranks)");
+  schedule->add_option("--microbatches", sa.micro_batches, "micro-batches per step");
+  schedule->add_option("--schedule", sa.schedule, "gpipe, 1f1b, interleaved or zb-h1");
+  schedule->add_option("--virtual", sa.chunks, "chunks per rank (interleaved)");
+
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");
   });
@@ -178,15 +187,25 @@ int main(int argc, char** argv) {
     return user_error(parse_error_line(e, known ? first : ""));
   }
   // Counts the parser takes as integers, checked here so the message names the fix.
-  for (const auto& [flag, v] : std::initializer_list<std::pair<const char*, int64_t>>{
-           {"--nproc", train->parsed()              ? nproc
-                       : estimate->count("--nproc") ? ea.nproc
-                                                    : 1},
-           {"--nproc-per-node", launch_cmd->parsed() ? lo.nproc_per_node : 1},
-           {"--nnodes", launch_cmd->parsed() ? lo.nnodes : 1}}) {
-    if (v < 1)
-      return user_error(
-          c10::str(flag, "=", v, " must be at least 1 (processes), e.g. ", flag, " 2"));
+  struct Count {
+    const char* flag;
+    int64_t value;
+    const char* what;
+  };
+  for (const Count& c : std::initializer_list<Count>{
+           {"--nproc",
+            train->parsed()              ? nproc
+            : estimate->count("--nproc") ? ea.nproc
+                                         : 1,
+            "processes"},
+           {"--nproc-per-node", launch_cmd->parsed() ? lo.nproc_per_node : 1, "processes"},
+           {"--nnodes", launch_cmd->parsed() ? lo.nnodes : 1, "processes"},
+           {"--pp", schedule->parsed() ? sa.pp : 1, "stages"},
+           {"--microbatches", schedule->parsed() ? sa.micro_batches : 1, "micro-batches"},
+           {"--virtual", schedule->parsed() ? sa.chunks : 1, "chunks per rank"}}) {
+    if (c.value < 1)
+      return user_error(c10::str(c.flag, "=", c.value, " must be at least 1 (", c.what, "), e.g. ",
+                                 c.flag, " 2"));
   }
   if (launch_cmd->parsed() && (lo.node_rank < 0 || lo.node_rank >= lo.nnodes))
     return user_error(c10::str("--node-rank=", lo.node_rank, " must be in [0, --nnodes=", lo.nnodes,
@@ -198,6 +217,7 @@ int main(int argc, char** argv) {
     }
     if (launch_cmd->parsed()) return strata::launch(lo);
     if (report->parsed()) return strata::run_report(report_dir, report_out);
+    if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();
       return strata::run_estimate(ea);

@@ -1,0 +1,42 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/parallel/pipeline/schedule.h"
+
+namespace strata {
+
+// Note [schedule simulation]: runs a schedule on a model of the machine in which each
+// rank executes its list in order, a compute action takes cost(rank, action), a send
+// takes cost too (0 by default) and never blocks, and a receive waits for its
+// matching send (the n-th receive on a channel matches the n-th send). It finds
+// deadlocks (a rank waiting for a send that never comes), the step time, the bubble
+// (idle share of every rank's step) and each action's start and end for a Gantt chart.
+// With measured per-action durations it predicts a real step.
+struct TimedAction {
+  Action action;
+  double start = 0, end = 0;
+};
+struct Simulation {
+  std::string error;  // non-empty: the schedule deadlocks (names the waiting ranks)
+  double step_time = 0;
+  double bubble_fraction = 0;                      // 1 - busy / (ranks x step_time)
+  std::vector<double> busy;                        // per rank: compute time
+  std::vector<std::vector<TimedAction>> timeline;  // per rank, in list order
+};
+using ActionCost = std::function<double(int64_t rank, const Action& action)>;
+Simulation simulate_schedule(const std::vector<StageActions>& schedule, int64_t chunks,
+                             const ActionCost& cost);
+
+// Unit costs of a whole-model pass split over chunks: forward 1, backward 2 (input 1
+// and weight 1 when split), each divided by chunks; messages free.
+ActionCost unit_costs(int64_t chunks = 1, double forward = 1, double backward_input = 1,
+                      double backward_weight = 1);
+
+// A text grid of a simulated schedule: one row per rank, one column per time unit
+// (each unit labelled by the action running in it, "." idle), for `strata schedule`.
+std::string schedule_grid(const Simulation& sim, double unit);
+
+}  // namespace strata
