@@ -190,6 +190,24 @@ TEST(StagePartition, BalancedMinimisesTheSlowestStage) {
   EXPECT_THROW(balanced_partition(head, 5), Error);  // fewer blocks than stages
 }
 
+TEST(StagePartition, HeavyHeadOfAGpt2VocabularyMovesABlockToTheFirstStage) {
+  // GPT-2's 50257-token vocabulary (50304 padded) over 4 gpt2-124m blocks at context
+  // 1024: the head and loss cost about 4.5 blocks, so two stages balance as 3 + 1
+  // blocks; uniform's 2 + 2 makes the last stage 18% slower.
+  ModelConfig mc;
+  mc.flavour = "gpt2-124m";
+  mc.n_layer = 4;
+  const ModelSpec spec = resolve_model_spec(mc, {});
+  const StageCosts c = transformer_stage_costs(spec);
+  ASSERT_EQ(c.block.size(), 4u);
+  EXPECT_NEAR(c.last / c.block[0], 4.47, 0.01);
+  const auto best = balanced_partition(c, 2);
+  EXPECT_EQ(best, (std::vector<int64_t>{3, 1}));
+  EXPECT_NEAR(slowest_stage(c, uniform_partition(4, 2)) / slowest_stage(c, best), 1.18, 0.01);
+  mc.flavour = "resnet-18";
+  EXPECT_THROW(transformer_stage_costs(resolve_model_spec(mc, {0, 28, 1, 10})), Error);
+}
+
 TEST(StagePartition, BalancedEqualsExhaustiveSearch) {
   // Every partition of up to 8 blocks into up to 4 stages, on seeded random costs: the
   // dynamic programme's slowest stage equals the best of all of them.

@@ -67,6 +67,16 @@ std::vector<int64_t> parse_partition(const std::string& text, int64_t blocks, in
   return out;
 }
 
+StageCosts transformer_stage_costs(const ModelSpec& s) {
+  STRATA_CHECK(s.family == Family::kGpt || s.family == Family::kBert, s.flavour,
+               " has no transformer blocks to balance over pipeline stages; use parallel.pp=1");
+  const auto C = static_cast<double>(s.d_model), T = static_cast<double>(s.seq_len);
+  StageCosts c;
+  c.block.assign(static_cast<size_t>(s.n_layer), 72.0 * C * C + 12.0 * C * T);
+  c.last = 6.0 * C * static_cast<double>(s.padded_vocab());
+  return c;
+}
+
 double slowest_stage(const StageCosts& costs, const std::vector<int64_t>& partition) {
   double worst = 0;
   int64_t begin = 0;

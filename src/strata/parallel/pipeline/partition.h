@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "strata/models/flavours.h"
+
 namespace strata {
 
 // Note [stage partition]: a pipeline stage holds a contiguous range of blocks; stage 0
@@ -33,6 +35,12 @@ std::vector<int64_t> uniform_partition(int64_t blocks, int64_t stages);
 // "5,4,3": blocks per stage; one error line (naming the fix) unless it has `stages`
 // positive counts summing to `blocks`. Pure.
 std::vector<int64_t> parse_partition(const std::string& text, int64_t blocks, int64_t stages);
+
+// A transformer's stage costs from its FLOP counts (forward + backward per token, the
+// counts of transformer_flops_per_token): a block 72·C² + 12·C·T, the head and loss
+// 6·C·V (padded vocabulary) on the last stage, the embedding's lookups nothing. What
+// `auto` uses when no profile is taken. Pure; one error line for other families.
+StageCosts transformer_stage_costs(const ModelSpec& spec);
 
 // The largest stage cost of a partition (stage ends included). Pure.
 double slowest_stage(const StageCosts& costs, const std::vector<int64_t>& partition);
