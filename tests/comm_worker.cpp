@@ -13,6 +13,10 @@
 
 #include "strata/core/errors.h"
 #include "strata/distributed/mesh.h"
+#include "strata/models/build.h"
+#include "strata/parallel/grad_sync.h"
+#include "strata/parallel/pipeline/executor.h"
+#include "strata/parallel/pipeline/partition.h"
 #include "strata/parallel/tensor/regions.h"
 
 using namespace strata;
@@ -107,6 +111,72 @@ void check_regions(Comm& c) {
   }
 }
 
+// One step of a real pipeline (Note [pipeline executor]) against one process: a small
+// untied GPT cut into p·v virtual stages (uniform blocks), m micro-batches of 2
+// sequences, the schedule's lists run with real sends and receives over the pp group.
+// Every rank also runs the whole model on the same micro-batches; each part's
+// gradients must equal the whole model's (1e-5 relative), and the last virtual stage's
+// loss sum the whole model's.
+void check_pipeline(Comm& pp, const std::string& schedule, int64_t m, int64_t v) {
+  const int64_t p = pp.size(), r = pp.rank();
+  ModelConfig mc;
+  mc.flavour = "debug";
+  mc.n_layer = 2 * p * v;
+  mc.d_model = 32;
+  mc.n_head = 4;
+  mc.seq_len = 16;
+  mc.vocab_size = 64;
+  mc.dropout = 0;
+  mc.tied_embedding = false;
+  const ModelSpec spec = resolve_model_spec(mc, {});
+  auto batch_of = [&](int64_t micro) {
+    at::manual_seed(static_cast<uint64_t>(100 + micro));
+    return Batch{at::randint(64, {2, 16}), at::randint(64, {2, 16}), {}};
+  };
+  at::manual_seed(7);
+  auto whole = build_model(spec, StageInfo::whole(), {});
+  double want = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    at::Tensor loss = whole->forward_loss(batch_of(i));
+    (loss / static_cast<double>(m)).backward();
+    want += loss.item<double>();
+  }
+  const auto blocks = uniform_partition(spec.n_layer, p * v);
+  std::vector<std::shared_ptr<Model>> parts;
+  std::vector<NamedParam> params;
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t vs = c * p + r;
+    int64_t begin = 0;
+    for (int64_t s = 0; s < vs; ++s) begin += blocks[static_cast<size_t>(s)];
+    at::manual_seed(7);
+    parts.push_back(build_model(
+        spec, {begin, begin + blocks[static_cast<size_t>(vs)], vs == 0, vs == p * v - 1}, {}));
+    for (auto& item : parts.back()->named_parameters())
+      params.push_back({item.key(), item.value()});
+  }
+  LocalGradSync sync(params);
+  StepContext ctx{
+      parts,       sync,      c10::DeviceType::CPU, at::kFloat, 1.0 / static_cast<double>(m), &pp,
+      {2, 16, 32}, at::kFloat};
+  const auto lists = pipeline_schedule(parse_schedule_kind(schedule), p, m, v);
+  const double got = run_stage_actions(lists[static_cast<size_t>(r)], m, ctx, batch_of);
+  const std::string at = schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                         " v=" + std::to_string(v) + " rank " + std::to_string(r);
+  if (r == (p * v - 1) % p) expect(std::abs(got - want) <= 1e-5 * std::abs(want), at + " loss sum");
+  auto w = whole->named_parameters();
+  int64_t compared = 0;
+  for (auto& part : parts)
+    for (auto& item : part->named_parameters()) {
+      const at::Tensor g = item.value().grad(), ref = w[item.key()].grad();
+      const bool ok = g.defined() && ref.defined() &&
+                      (g - ref).norm().item<double>() <= 1e-5 * ref.norm().item<double>() + 1e-9;
+      expect(ok, at + " gradient of " + item.key());
+      ++compared;
+    }
+  expect(compared > 0, at + " holds parameters");
+  pp.barrier();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,6 +196,15 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 1000; ++i) mesh.comm(Axis::kWorld).all_reduce(t).wait();
       std::fprintf(stderr, "FAILED: all_reduce kept succeeding after rank 1 died\n");
       return 1;
+    }
+    if (mode == "pipeline") {
+      // pipeline SCHEDULE M V: every rank a stage (pp = world).
+      ParallelDims dims(1, 1, info.world_size, info.world_size);
+      Mesh mesh(info, dims, c10::DeviceType::CPU, std::chrono::milliseconds(30000));
+      check_pipeline(mesh.comm(Axis::kPp), argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+      if (g_failures == 0)
+        std::printf("rank %lld: pipeline step correct\n", static_cast<long long>(info.rank));
+      return g_failures == 0 ? 0 : 1;
     }
     const int64_t dp = argc > 2 ? std::atoll(argv[2]) : 0;
     const int64_t tp = argc > 3 ? std::atoll(argv[3]) : 1;

@@ -32,6 +32,22 @@ TEST(MultiProcess, CollectivesOnFourRanksWithDpTpMesh) {
   EXPECT_EQ(r.status, 0) << r.output;
 }
 
+TEST(MultiProcess, PipelineExecutorRunsEverySchedulesListsAsOneProcess) {
+  // Note [pipeline executor]: one step of a GPT cut into stages, real sends and
+  // receives between the ranks, each part's gradients equal to the whole model's
+  // (1e-5): GPipe and 1F1B at p=2 and p=4, interleaved with 2 chunks per rank.
+  for (const auto& [ranks, args] :
+       std::vector<std::pair<int, std::string>>{{2, "gpipe 4 1"},
+                                                {2, "1f1b 4 1"},
+                                                {2, "interleaved 4 2"},
+                                                {4, "1f1b 6 1"},
+                                                {4, "interleaved 8 2"}}) {
+    auto r = run(launch(ranks, comm_worker_bin() + " pipeline " + args), 180);
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.output;
+    EXPECT_EQ(count_lines_with(r.output, "pipeline step correct"), ranks) << args << r.output;
+  }
+}
+
 TEST(MultiProcess, KilledRankStopsTheOthersThroughTheLauncher) {
   auto r = run(launch(3, comm_worker_bin() + " die"), 60);
   EXPECT_NE(r.status, 0) << r.output;

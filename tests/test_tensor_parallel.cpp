@@ -26,59 +26,83 @@ void expect_losses_match(const std::string& ref, const std::string& dir, size_t 
 }
 }  // namespace
 
-TEST(TensorParallel, MatchesOneProcess) {
-  // Same seed, same global batch, the same full-size initial weights (each tp rank
-  // keeps its slice): losses within 1e-5 relative at every step, parameters (the
-  // slices read back as whole tensors from the checkpoints) within 1e-5 in L2; bf16
-  // against one-process bf16 within 1e-4. Dropout masks are keyed on the global
-  // element index (heads, and positions under sequence parallelism), so runs with
-  // dropout 0.1 match one process too.
-  struct Case {
-    std::string name, model, layout;
-    double tol = 1e-5, param_tol = 1e-5;
-    std::string ref_layout;  // the reference's layout: one process unless set
-  };
-  const std::string tp2 = "--nproc 2 --parallel.tp=2 ", sp = "--parallel.sequence_parallel=true ";
-  const std::string tp4 = "--nproc 4 --parallel.tp=4 ";
-  const std::string bert = "--model.flavour=bert-debug ", drop = "--model.dropout=0.1 ";
-  const std::vector<Case> cases = {
-      {"gpt", "", tp2},
-      {"gpt-untied", "--model.tied_embedding=false ", tp2},
-      {"gpt-dp2", "", "--nproc 4 --parallel.tp=2"},
-      {"bert", bert, tp2},
-      {"gpt-dropout", drop, tp2},
-      {"gpt-tp4", "", tp4},
-      {"gpt-sp-dropout", drop, tp2 + sp},
-      {"gpt-tp4-sp", "", tp4 + sp},
-      {"gpt-untied-sp", "--model.tied_embedding=false ", tp2 + sp},
-      {"bert-sp-dropout", bert + drop, tp2 + sp},
-      {"gpt-dp2-sp", "", "--nproc 4 --parallel.tp=2 " + sp},
-      {"gpt-dp2-zero1", "", "--nproc 4 --parallel.tp=2 --parallel.zero=1 "},
-      {"gpt-dp2-zero3-sp", "", "--nproc 4 --parallel.tp=2 --parallel.zero=3 " + sp},
-      // BERT's loss is the mean over each rank's masked tokens, so dp=2 differs from one
-      // process (by 2e-4 at step 1): the reference is dp=2 without tp.
-      {"bert-dp2-zero2", bert, "--nproc 4 --parallel.tp=2 --parallel.zero=2 ", 1e-5, 1e-5,
-       "--nproc 2 "},
-      {"gpt-full-recompute-sp", "--memory.recompute=full ", tp2 + sp},
-      {"gpt-selective-dropout", drop + "--memory.recompute=selective ", tp2},
-      // bf16 GEMMs round the tp split's partial sums differently from one process's
-      // (~1e-3 of a gradient); Adam turns the sign noise of near-zero gradients of
-      // zero-initialised biases into steps of lr: measured worst 1.1e-2 in L2 (a
-      // layer-norm bias), weights below 6e-3. Losses agree within 2e-5.
-      {"gpt-bf16-sp", "--memory.precision=bf16 ", tp2 + sp, 1e-4, 3e-2},
-      // fp16 (loss scaling, fp32 masters), gradient accumulation, ZeRO-2 with offload.
-      {"gpt-fp16-accum-zero2-offload", "--memory.precision=fp16 --training.micro_batch_size=2 ",
-       "--nproc 4 --parallel.tp=2 --parallel.zero=2 --parallel.offload=true ", 1e-4, 3e-2},
-  };
+// Note on the equivalence tests below: same seed, same global batch, the same
+// full-size initial weights (each tp rank keeps its slice): losses within 1e-5
+// relative at every step, parameters (the slices read back as whole tensors from the
+// checkpoints) within 1e-5 in L2; half precision against one-process half precision.
+// Dropout masks are keyed on the global element index (heads, and positions under
+// sequence parallelism), so runs with dropout 0.1 match one process too. The cases are
+// split over four tests so that ctest -j2 runs them side by side.
+namespace {
+struct Case {
+  std::string name, model, layout;
+  double tol = 1e-5, param_tol = 1e-5;
+  std::string ref_layout;  // the reference's layout: one process unless set
+};
+const std::string tp2 = "--nproc 2 --parallel.tp=2 ", sp = "--parallel.sequence_parallel=true ";
+const std::string tp4 = "--nproc 4 --parallel.tp=4 ", dp2tp2 = "--nproc 4 --parallel.tp=2 ";
+const std::string bert = "--model.flavour=bert-debug ", drop = "--model.dropout=0.1 ";
+
+void expect_match_one_process(const std::string& group, const std::vector<Case>& cases) {
   std::map<std::string, std::string> refs;  // one reference run per model and layout
   for (const Case& c : cases) {
     const std::string key = c.model + c.ref_layout;
-    if (!refs.contains(key)) refs[key] = train_ok("tp-ref-" + c.name, kCommon + key);
+    if (!refs.contains(key)) refs[key] = train_ok("tp-ref-" + group + "-" + c.name, kCommon + key);
     const std::string& ref = refs[key];
     const std::string dir = train_ok("tp-" + c.name, kCommon + c.model + c.layout);
     expect_losses_match(ref, dir, 0, c.tol, c.name);
     EXPECT_LT(max_param_diff(dir, ref, 20), c.param_tol) << c.name;
   }
+}
+}  // namespace
+
+TEST(TensorParallel, MatchesOneProcess) {
+  expect_match_one_process("plain", {
+                                        {"gpt", "", tp2},
+                                        {"gpt-untied", "--model.tied_embedding=false ", tp2},
+                                        {"bert", bert, tp2},
+                                        {"gpt-dropout", drop, tp2},
+                                        {"gpt-tp4", "", tp4},
+                                    });
+}
+
+TEST(TensorParallel, SequenceParallelMatchesOneProcess) {
+  expect_match_one_process("sp", {
+                                     {"gpt-sp-dropout", drop, tp2 + sp},
+                                     {"gpt-tp4-sp", "", tp4 + sp},
+                                     {"gpt-untied-sp", "--model.tied_embedding=false ", tp2 + sp},
+                                     {"bert-sp-dropout", bert + drop, tp2 + sp},
+                                 });
+}
+
+TEST(TensorParallel, DataParallelAndZeroMatchOneProcess) {
+  expect_match_one_process(
+      "dp", {
+                {"gpt-dp2", "", dp2tp2},
+                {"gpt-dp2-sp", "", dp2tp2 + sp},
+                {"gpt-dp2-zero1", "", dp2tp2 + "--parallel.zero=1 "},
+                {"gpt-dp2-zero3-sp", "", dp2tp2 + "--parallel.zero=3 " + sp},
+                // BERT's loss is the mean over each rank's masked tokens, so dp=2 differs
+                // from one process (by 2e-4 at step 1): the reference is dp=2 without tp.
+                {"bert-dp2-zero2", bert, dp2tp2 + "--parallel.zero=2 ", 1e-5, 1e-5, "--nproc 2 "},
+            });
+}
+
+TEST(TensorParallel, RecomputeAndHalfPrecisionMatchOneProcess) {
+  expect_match_one_process(
+      "mixed",
+      {
+          {"gpt-full-recompute-sp", "--memory.recompute=full ", tp2 + sp},
+          {"gpt-selective-dropout", drop + "--memory.recompute=selective ", tp2},
+          // bf16 GEMMs round the tp split's partial sums differently from one process's
+          // (~1e-3 of a gradient); Adam turns the sign noise of near-zero gradients of
+          // zero-initialised biases into steps of lr: measured worst 1.1e-2 in L2 (a
+          // layer-norm bias), weights below 6e-3. Losses agree within 2e-5.
+          {"gpt-bf16-sp", "--memory.precision=bf16 ", tp2 + sp, 1e-4, 3e-2},
+          // fp16 (loss scaling, fp32 masters), gradient accumulation, ZeRO-2 with offload.
+          {"gpt-fp16-accum-zero2-offload", "--memory.precision=fp16 --training.micro_batch_size=2 ",
+           dp2tp2 + "--parallel.zero=2 --parallel.offload=true ", 1e-4, 3e-2},
+      });
 }
 
 TEST(TensorParallel, CommunicationIsFourActivationReductionsPerBlock) {

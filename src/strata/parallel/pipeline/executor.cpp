@@ -9,33 +9,97 @@
 
 namespace strata {
 
+namespace {
+// What the executor holds of one (chunk, micro-batch) between its actions.
+struct InFlight {
+  at::Tensor input;     // received activation (a leaf requiring grad); undefined on stage 0
+  at::Tensor output;    // the part's output (not the last virtual stage) or its loss (last)
+  at::Tensor grad;      // the output's received gradient
+  CommWork input_recv;  // pending receive of input
+  CommWork grad_recv;   // pending receive of grad
+};
+}  // namespace
+
 double run_stage_actions(const StageActions& actions, int64_t micro_batches, StepContext& ctx,
                          const std::function<Batch(int64_t)>& batch_of) {
   double loss_sum = 0;
-  std::map<std::pair<int64_t, int64_t>, at::Tensor> losses;  // (chunk, micro) in flight
+  const int64_t p = ctx.pp ? ctx.pp->size() : 1, rank = ctx.pp ? ctx.pp->rank() : 0;
+  const int64_t last = p * static_cast<int64_t>(ctx.parts.size()) - 1;
+  std::map<std::pair<int64_t, int64_t>, InFlight> held;  // (chunk, micro)
+  std::vector<CommWork> sends;                           // waited at the end of the step ...
+  std::vector<at::Tensor> sent;  // ... with what they send kept alive until then
+  // Note [pipeline executor]: one tag per message.
+  auto tag = [&](int64_t micro, int64_t to_stage, bool activation) {
+    return static_cast<int>(((micro * (last + 1) + to_stage) * 2) + (activation ? 0 : 1));
+  };
+  auto peer = [&](int64_t stage) { return ((stage % p) + p) % p; };
   for (const Action& a : actions) {
     MemoryScope scope(Category::kActivations);
-    ctx.grad_sync.set_sync(a.micro + 1 == micro_batches);
-    Model& part = *ctx.parts.at(static_cast<size_t>(a.chunk));
-    if (a.type == ActionType::kForward) {
-      Batch b = batch_of(a.micro);
-      STRATA_TIMELINE_MARK("micro[", a.micro, "].forward.begin");
-      at::Tensor loss;
-      {
-        AutocastScope autocast(ctx.device, ctx.compute_dtype);
-        loss = ctx.grad_sync.forward([&] { return part.forward_part({}, b); });
+    const int64_t vs = a.chunk * p + rank;
+    InFlight& f = held[{a.chunk, a.micro}];
+    switch (a.type) {
+      case ActionType::kRecvActivation:
+        f.input = at::empty(ctx.activation_shape,
+                            at::TensorOptions().dtype(ctx.activation_dtype).device(ctx.device));
+        f.input_recv = ctx.pp->recv(f.input, peer(vs - 1), tag(a.micro, vs, true));
+        break;
+      case ActionType::kRecvGrad:
+        f.grad = at::empty(ctx.activation_shape,
+                           at::TensorOptions().dtype(ctx.activation_dtype).device(ctx.device));
+        f.grad_recv = ctx.pp->recv(f.grad, peer(vs + 1), tag(a.micro, vs, false));
+        break;
+      case ActionType::kForward: {
+        ctx.grad_sync.set_sync(a.micro + 1 == micro_batches);
+        Model& part = *ctx.parts.at(static_cast<size_t>(a.chunk));
+        Batch b = batch_of(a.micro);
+        if (vs > 0) {
+          f.input_recv.wait();
+          f.input.requires_grad_(true);
+        }
+        STRATA_TIMELINE_MARK("micro[", a.micro, "].forward.begin");
+        {
+          AutocastScope autocast(ctx.device, ctx.compute_dtype);
+          f.output = ctx.grad_sync.forward([&] { return part.forward_part(f.input, b); });
+        }
+        STRATA_TIMELINE_MARK("micro[", a.micro, "].loss");
+        break;
       }
-      STRATA_TIMELINE_MARK("micro[", a.micro, "].loss");
-      losses[{a.chunk, a.micro}] = loss;
-    } else {
-      auto it = losses.find({a.chunk, a.micro});
-      STRATA_ASSERT(it != losses.end(), "schedule runs ", a.to_string(), " before its forward");
-      (it->second * ctx.backward_factor).backward();
-      STRATA_TIMELINE_MARK("micro[", a.micro, "].backward.end");
-      loss_sum += it->second.item<double>();
-      losses.erase(it);
+      case ActionType::kSendActivation: {
+        sent.push_back(f.output.detach().to(ctx.activation_dtype).contiguous());
+        sends.push_back(ctx.pp->send(sent.back(), peer(vs + 1), tag(a.micro, vs + 1, true)));
+        break;
+      }
+      case ActionType::kBackward: {
+        ctx.grad_sync.set_sync(a.micro + 1 == micro_batches);
+        STRATA_ASSERT(f.output.defined(), "schedule runs ", a.to_string(), " before its forward");
+        if (vs == last) {
+          (f.output * ctx.backward_factor).backward();
+          loss_sum += f.output.item<double>();
+        } else {
+          f.grad_recv.wait();
+          f.output.backward(f.grad.to(f.output.scalar_type()));
+        }
+        STRATA_TIMELINE_MARK("micro[", a.micro, "].backward.end");
+        f.output = at::Tensor();
+        f.grad = at::Tensor();
+        if (vs == 0) held.erase({a.chunk, a.micro});
+        break;
+      }
+      case ActionType::kSendGrad: {
+        STRATA_ASSERT(f.input.defined() && f.input.grad().defined(), a.to_string(),
+                      " has no input gradient to send");
+        sent.push_back(f.input.grad().to(ctx.activation_dtype).contiguous());
+        sends.push_back(ctx.pp->send(sent.back(), peer(vs - 1), tag(a.micro, vs - 1, false)));
+        held.erase({a.chunk, a.micro});
+        break;
+      }
+      case ActionType::kBackwardInput:
+      case ActionType::kBackwardWeight:
+        STRATA_FAIL("the pipeline executor does not run zb-h1's split backward (", a.to_string(),
+                    ") yet; use pp_schedule=1f1b");
     }
   }
+  for (CommWork& w : sends) w.wait();
   return loss_sum;
 }
 

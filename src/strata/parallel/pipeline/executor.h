@@ -5,25 +5,41 @@
 #include <memory>
 #include <vector>
 
+#include "strata/distributed/comm.h"
 #include "strata/models/model.h"
 #include "strata/parallel/grad_sync.h"
 #include "strata/parallel/pipeline/schedule.h"
 
 namespace strata {
 
-// Runs one stage's action list for one optimizer step (Note [schedules are data]).
+// Runs one rank's action list for one optimizer step (Note [schedules are data]).
 // Forward(m, c): part c's forward on micro-batch m (batch_of(m) gives it), under
 // autocast to compute_dtype, inside grad_sync.forward; Backward(m, c): the loss times
-// backward_factor (loss scale / micro-batches) back-propagated. set_sync is true only
+// backward_factor (loss scale / micro-batches) back-propagated, or, on a part that is
+// not the last virtual stage, its output's received gradient. set_sync is true only
 // for the last micro-batch, so data parallelism reduces once per step (DDP, ZeRO-1)
 // or per micro-batch where it must (ZeRO-2/3 decide that themselves). Activations are
-// tagged as such. Returns the sum of the micro-batches' losses.
+// tagged as such. Returns the sum of the micro-batches' losses (0 on ranks without
+// the last virtual stage).
+//
+// Note [pipeline executor]: with a pipeline (pp set), part c of this rank is virtual
+// stage c·p + rank. Messages go through the pp group's send/recv (c10d; every wait
+// has the collective timeout): a receive is posted at its action and waited by the
+// compute that needs it; a send is waited at the end of the step, so neighbours never
+// wait on each other's sends. Shapes are static (activation_shape, one micro-batch's
+// (B, T, C)), so no shape handshake. Each message's tag names its micro-batch,
+// receiving virtual stage and kind, so no two messages between a pair can be
+// confused. A received activation is a leaf that requires grad; its gradient is what
+// the backward sends back. zb-h1's split backward (I, W) is not run here yet.
 struct StepContext {
   std::vector<std::shared_ptr<Model>>& parts;
   GradSync& grad_sync;
   c10::DeviceType device = c10::DeviceType::CPU;
   at::ScalarType compute_dtype = at::kFloat;
   double backward_factor = 1;
+  Comm* pp = nullptr;                     // the pipeline group; null: one stage
+  std::vector<int64_t> activation_shape;  // one micro-batch's activations between stages
+  at::ScalarType activation_dtype = at::kFloat;
 };
 double run_stage_actions(const StageActions& actions, int64_t micro_batches, StepContext& ctx,
                          const std::function<Batch(int64_t micro)>& batch_of);
