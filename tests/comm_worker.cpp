@@ -158,6 +158,8 @@ void check_pipeline(Comm& pp, const std::string& schedule, int64_t m, int64_t v)
   StepContext ctx{
       parts,       sync,      c10::DeviceType::CPU, at::kFloat, 1.0 / static_cast<double>(m), &pp,
       {2, 16, 32}, at::kFloat};
+  std::vector<TimedAction> timeline;
+  ctx.timeline = &timeline;
   const auto lists = pipeline_schedule(parse_schedule_kind(schedule), p, m, v);
   const double got = run_stage_actions(lists[static_cast<size_t>(r)], m, ctx, batch_of);
   const std::string at = schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m) +
@@ -174,6 +176,13 @@ void check_pipeline(Comm& pp, const std::string& schedule, int64_t m, int64_t v)
       ++compared;
     }
   expect(compared > 0, at + " holds parameters");
+  // The recorded timeline is the list, in order, each action after the previous one.
+  const StageActions& mine = lists[static_cast<size_t>(r)];
+  bool ordered = timeline.size() == mine.size();
+  for (size_t i = 0; ordered && i < timeline.size(); ++i)
+    ordered = timeline[i].action == mine[i] && timeline[i].end >= timeline[i].start &&
+              (i == 0 || timeline[i].start >= timeline[i - 1].end);
+  expect(ordered, at + " timeline records every action in order");
   pp.barrier();
 }
 

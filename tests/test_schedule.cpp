@@ -2,6 +2,8 @@
 // schedule and the invariants check_schedule enforces on any schedule.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
 #include <functional>
 
 #include "strata/core/errors.h"
@@ -259,6 +261,35 @@ TEST(StagePartition, PartitionStringsAreCheckedWithTheFix) {
   EXPECT_NE(error_of("6,x,6").find("'x' is not a block count"), std::string::npos);
 }
 
+TEST(PipelineSchedule, ChromeTraceHasOneEventPerComputeActionOnItsRanksTrack) {
+  const auto s = pipeline_schedule(ScheduleKind::kZbH1, 2, 3);
+  const Simulation sim = simulate_schedule(s, 1, unit_costs());
+  const nlohmann::json trace = chrome_trace(sim.timeline);
+  int64_t events = 0, names = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M") {
+      ++names;
+      continue;
+    }
+    ++events;
+    ASSERT_EQ(e["ph"], "X");
+    const auto r = e["tid"].get<size_t>();
+    // The event is the simulated action at that time on that rank.
+    bool found = false;
+    for (const TimedAction& t : sim.timeline[r])
+      found |= t.action.to_string() == e["name"].get<std::string>() &&
+               std::abs(t.start * 1e6 - e["ts"].get<double>()) < 1e-6 &&
+               std::abs((t.end - t.start) * 1e6 - e["dur"].get<double>()) < 1e-6;
+    EXPECT_TRUE(found) << e.dump();
+    const std::string name = e["name"];
+    EXPECT_EQ(e["cat"], name.find('F') != std::string::npos   ? "forward"
+                        : name.find('I') != std::string::npos ? "backward-input"
+                                                              : "backward-weight");
+  }
+  EXPECT_EQ(names, 2);
+  EXPECT_EQ(events, 2 * 3 * 3);  // F, I and W of 3 micro-batches on 2 ranks
+}
+
 TEST(ScheduleCli, PrintsTheGridAndTheBubble) {
   auto r = test::run(test::strata_bin() + " schedule --pp 4 --microbatches 8 --schedule 1f1b");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -271,6 +302,12 @@ TEST(ScheduleCli, PrintsTheGridAndTheBubble) {
                 " schedule --pp 4 --microbatches 8 --schedule interleaved --virtual 2");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("(theory 15.8%)"), std::string::npos) << r.output;
+  const std::string trace = test::temp_dir("schedule-trace") + "/trace.json";
+  r = test::run(test::strata_bin() + " schedule --pp 2 --microbatches 2 --trace " + trace);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(trace);
+  const auto doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["traceEvents"].size(), 2u + 2 * 2 * 2) << doc.dump();  // 2 names, F and B
   test::expect_one_error_line(test::strata_bin() + " schedule --pp 4 --microbatches 3",
                               "needs at least pp=4 micro-batches per step (got 3)");
   test::expect_one_error_line(test::strata_bin() + " schedule --schedule 1F1B",

@@ -4,6 +4,7 @@
 
 #include <c10/util/StringUtil.h>
 
+#include "strata/core/files.h"
 #include "strata/parallel/pipeline/schedule.h"
 #include "strata/parallel/pipeline/simulate.h"
 
@@ -43,6 +44,17 @@ int run_schedule(const ScheduleArgs& a) {
   for (size_t r = 0; r < check.in_flight.size(); ++r)
     held += c10::str(r ? ", " : "", check.in_flight[r]);
   std::printf("micro-batches held at once per rank: %s\n", held.c_str());
+  if (!a.trace.empty()) {
+    // One time unit drawn as one millisecond.
+    std::vector<std::vector<TimedAction>> ms = sim.timeline;
+    for (auto& rank : ms)
+      for (TimedAction& t : rank) {
+        t.start /= 1000;
+        t.end /= 1000;
+      }
+    write_file_atomic(a.trace, chrome_trace(ms).dump());
+    std::printf("trace (Perfetto, chrome://tracing): %s\n", a.trace.c_str());
+  }
   return 0;
 }
 

@@ -11,6 +11,7 @@ struct ScheduleArgs {
   int64_t micro_batches = 4;
   std::string schedule = "1f1b";
   int64_t chunks = 1;  // --virtual
+  std::string trace;   // a Chrome trace-event file of the simulated step (empty: none)
 };
 int run_schedule(const ScheduleArgs& args);
 

@@ -1,5 +1,6 @@
 #include "strata/parallel/pipeline/executor.h"
 
+#include <chrono>
 #include <map>
 
 #include "strata/core/errors.h"
@@ -33,8 +34,18 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
     return static_cast<int>(((micro * (last + 1) + to_stage) * 2) + (activation ? 0 : 1));
   };
   auto peer = [&](int64_t stage) { return ((stage % p) + p) % p; };
+  const auto step_start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  };
   for (const Action& a : actions) {
     MemoryScope scope(Category::kActivations);
+    // Compute actions wait for their messages before the clock starts.
+    if (a.type == ActionType::kForward && a.chunk * p + rank > 0)
+      held[{a.chunk, a.micro}].input_recv.wait();
+    if (a.type == ActionType::kBackward && a.chunk * p + rank < last)
+      held[{a.chunk, a.micro}].grad_recv.wait();
+    const double started = seconds();
     const int64_t vs = a.chunk * p + rank;
     InFlight& f = held[{a.chunk, a.micro}];
     switch (a.type) {
@@ -52,10 +63,7 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
         ctx.grad_sync.set_sync(a.micro + 1 == micro_batches);
         Model& part = *ctx.parts.at(static_cast<size_t>(a.chunk));
         Batch b = batch_of(a.micro);
-        if (vs > 0) {
-          f.input_recv.wait();
-          f.input.requires_grad_(true);
-        }
+        if (vs > 0) f.input.requires_grad_(true);
         STRATA_TIMELINE_MARK("micro[", a.micro, "].forward.begin");
         {
           AutocastScope autocast(ctx.device, ctx.compute_dtype);
@@ -76,7 +84,6 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
           (f.output * ctx.backward_factor).backward();
           loss_sum += f.output.item<double>();
         } else {
-          f.grad_recv.wait();
           f.output.backward(f.grad.to(f.output.scalar_type()));
         }
         STRATA_TIMELINE_MARK("micro[", a.micro, "].backward.end");
@@ -98,6 +105,7 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
         STRATA_FAIL("the pipeline executor does not run zb-h1's split backward (", a.to_string(),
                     ") yet; use pp_schedule=1f1b");
     }
+    if (ctx.timeline) ctx.timeline->push_back({a, started, seconds()});
   }
   for (CommWork& w : sends) w.wait();
   return loss_sum;

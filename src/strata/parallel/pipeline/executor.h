@@ -9,6 +9,7 @@
 #include "strata/models/model.h"
 #include "strata/parallel/grad_sync.h"
 #include "strata/parallel/pipeline/schedule.h"
+#include "strata/parallel/pipeline/simulate.h"
 
 namespace strata {
 
@@ -40,6 +41,9 @@ struct StepContext {
   Comm* pp = nullptr;                     // the pipeline group; null: one stage
   std::vector<int64_t> activation_shape;  // one micro-batch's activations between stages
   at::ScalarType activation_dtype = at::kFloat;
+  // When set, every action's start and end in seconds from the step's start (a receive
+  // posts at once; its wait shows as the gap before the compute that needs it).
+  std::vector<TimedAction>* timeline = nullptr;
 };
 double run_stage_actions(const StageActions& actions, int64_t micro_batches, StepContext& ctx,
                          const std::function<Batch(int64_t micro)>& batch_of);

@@ -121,4 +121,31 @@ std::string schedule_grid(const Simulation& sim, double unit) {
   return out.str();
 }
 
+nlohmann::json chrome_trace(const std::vector<std::vector<TimedAction>>& timelines) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t r = 0; r < timelines.size(); ++r) {
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", r},
+                      {"args", {{"name", "stage " + std::to_string(r)}}}});
+    for (const TimedAction& t : timelines[r]) {
+      if (!t.action.is_compute()) continue;
+      const char* category = t.action.type == ActionType::kForward         ? "forward"
+                             : t.action.type == ActionType::kBackward      ? "backward"
+                             : t.action.type == ActionType::kBackwardInput ? "backward-input"
+                                                                           : "backward-weight";
+      events.push_back({{"name", t.action.to_string()},
+                        {"cat", category},
+                        {"ph", "X"},
+                        {"ts", t.start * 1e6},
+                        {"dur", (t.end - t.start) * 1e6},
+                        {"pid", 0},
+                        {"tid", r},
+                        {"args", {{"micro", t.action.micro}, {"chunk", t.action.chunk}}}});
+    }
+  }
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
 }  // namespace strata

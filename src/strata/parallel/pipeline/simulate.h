@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "strata/parallel/pipeline/schedule.h"
 
 namespace strata {
@@ -38,5 +40,11 @@ ActionCost unit_costs(int64_t chunks = 1, double forward = 1, double backward_in
 // A text grid of a simulated schedule: one row per rank, one column per time unit
 // (each unit labelled by the action running in it, "." idle), for `strata schedule`.
 std::string schedule_grid(const Simulation& sim, double unit);
+
+// A Chrome trace-event document (Perfetto and chrome://tracing open it) of per-rank
+// timelines in seconds: one complete event ("ph": "X") per compute action, a track
+// per rank (tid), named like the grid ("0F3"), categorised forward / backward /
+// backward-input / backward-weight, with its micro-batch and chunk as arguments.
+nlohmann::json chrome_trace(const std::vector<std::vector<TimedAction>>& timelines);
 
 }  // namespace strata
