@@ -15,15 +15,6 @@ namespace {
 const std::string kCommon =
     "--training.steps=20 --training.batch_size=8 --model.dropout=0 --model.seq_len=64 ";
 
-void expect_losses_match(const std::string& ref, const std::string& dir, size_t offset, double tol,
-                         const std::string& name) {
-  const auto want = read_losses(ref + "/metrics.jsonl");
-  const auto got = read_losses(dir + "/metrics.jsonl");
-  ASSERT_EQ(got.size() + offset, want.size()) << name;
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[offset + i], tol * std::abs(want[offset + i]))
-        << name << " step " << offset + i + 1;
-}
 }  // namespace
 
 // Note on the equivalence tests below: same seed, same global batch, the same

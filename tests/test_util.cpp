@@ -138,4 +138,14 @@ double max_param_diff(const std::string& run_a, const std::string& run_b, int64_
   return worst;
 }
 
+void expect_losses_match(const std::string& ref, const std::string& dir, size_t offset, double tol,
+                         const std::string& name) {
+  const auto want = read_losses(ref + "/metrics.jsonl");
+  const auto got = read_losses(dir + "/metrics.jsonl");
+  ASSERT_EQ(got.size() + offset, want.size()) << name;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[offset + i], tol * std::abs(want[offset + i]))
+        << name << " step " << offset + i + 1;
+}
+
 }  // namespace strata::test

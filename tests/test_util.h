@@ -37,5 +37,8 @@ void expect_one_error_line(const std::string& cmd, const std::string& message, d
 // checkpoints at step, the key third of attention qkv biases left out (see the
 // definition).
 double max_param_diff(const std::string& run_a, const std::string& run_b, int64_t step);
+// dir's losses equal ref's from step offset + 1 on, within tol relative.
+void expect_losses_match(const std::string& ref, const std::string& dir, size_t offset, double tol,
+                         const std::string& name);
 
 }  // namespace strata::test

@@ -58,6 +58,9 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel", "tp", &p.tp},
       {"parallel", "pp", &p.pp},
       {"parallel", "sequence_parallel", &p.sequence_parallel},
+      {"parallel", "pp_schedule", &p.pp_schedule},
+      {"parallel", "pp_virtual", &p.pp_virtual},
+      {"parallel", "pp_partition", &p.pp_partition},
       {"parallel", "timeout_s", &p.timeout_s},
       {"parallel", "bucket_cap_mb", &p.bucket_cap_mb},
       {"parallel", "first_bucket_mb", &p.first_bucket_mb},
@@ -346,6 +349,13 @@ void validate_config(const Config& c) {
   STRATA_CHECK(p.first_bucket_mb > 0, "parallel.first_bucket_mb=", p.first_bucket_mb,
                " must be positive (default 1)");
   check_one_of("parallel.comm_hook", p.comm_hook, {"none", "fp16", "bf16", "powersgd"});
+  check_one_of("parallel.pp_schedule", p.pp_schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"});
+  STRATA_CHECK(p.pp_virtual >= 1, "parallel.pp_virtual=", p.pp_virtual,
+               " must be at least 1 (model chunks per pipeline rank)");
+  STRATA_CHECK(p.pp_virtual == 1 || p.pp_schedule == "interleaved",
+               "parallel.pp_virtual=", p.pp_virtual,
+               " applies to the interleaved schedule only; set ",
+               "parallel.pp_schedule=interleaved or pp_virtual=1");
   STRATA_CHECK(p.zero >= 0 && p.zero <= 3, "parallel.zero=", p.zero,
                " is not a ZeRO stage; choose 0 (plain DDP), 1, 2 or 3");
   STRATA_CHECK(!p.offload || p.zero >= 1,

@@ -61,6 +61,12 @@ struct ParallelConfig {
   // stream hold seq_len/tp positions; all-gathers and reduce-scatters replace the
   // tp all-reduces.
   bool sequence_parallel = false;
+  // Pipeline parallelism (parallel/pipeline): the schedule (gpipe, 1f1b, interleaved,
+  // zb-h1), model chunks per rank (interleaved) and blocks per stage (auto: balanced by
+  // FLOP counts; uniform; or "5,4,3").
+  std::string pp_schedule = "1f1b";
+  int64_t pp_virtual = 1;
+  std::string pp_partition = "auto";
   double timeout_s = 60;  // every collective and the rendezvous
   // DDP (parallel/data): gradient buckets, unused parameters, buffers, comm hook.
   double bucket_cap_mb = 25;            // bucket size cap in MiB (PyTorch's default)

@@ -91,9 +91,13 @@ Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp)
   b.finish();
 }
 
-std::vector<std::string> Gpt::tied_copies() const {
-  if (spec_.tied_embedding && stage().last && !stage().first) return {"wte.weight"};
+std::vector<std::string> Gpt::tied_parameters() const {
+  if (spec_.tied_embedding) return {"wte.weight"};
   return {};
+}
+
+std::vector<std::string> Gpt::tied_copies() const {
+  return stage().last && !stage().first ? tied_parameters() : std::vector<std::string>{};
 }
 
 at::Tensor Gpt::embed(const Batch& b) {
@@ -110,7 +114,7 @@ at::Tensor Gpt::logits(const at::Tensor& x) {
   // (the whole sequence gathered under sequence parallelism).
   if (tp_.regions)
     h = tp_.sequence_parallel ? tp_.regions->gather_for_tp(h) : tp_.regions->copy_to(h);
-  return tied_head_logits(h, wte->weight);  // (B, T, V/tp)
+  return tied_head_logits(h, wte->weight, stage().first);  // (B, T, V/tp)
 }
 
 at::Tensor Gpt::head_loss(const at::Tensor& x, const Batch& b) {
@@ -170,9 +174,12 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
     for (auto& p : pooler->parameters()) p.set_requires_grad(false);
 }
 
+std::vector<std::string> Bert::tied_parameters() const {
+  return {"word.weight"};
+}
+
 std::vector<std::string> Bert::tied_copies() const {
-  if (stage().last && !stage().first) return {"word.weight"};
-  return {};
+  return stage().last && !stage().first ? tied_parameters() : std::vector<std::string>{};
 }
 
 at::Tensor Bert::embed(const Batch& b) {
@@ -190,7 +197,7 @@ at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
   at::Tensor h = stream_norm(mlm_ln, at::gelu(mlm_dense->forward(x)), tp_);
   if (tp_.regions)
     h = tp_.sequence_parallel ? tp_.regions->gather_for_tp(h) : tp_.regions->copy_to(h);
-  at::Tensor z = tied_head_logits(h, word->weight);  // (B, T, V/tp)
+  at::Tensor z = tied_head_logits(h, word->weight, stage().first);  // (B, T, V/tp)
   at::Tensor l = z.add_(mlm_bias.to(z.scalar_type())).to(at::kFloat);
   return vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), b.target.reshape({-1}),
                                       word->vocab_start(), spec_.vocab_size, tp_.regions.get());

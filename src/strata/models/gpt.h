@@ -29,6 +29,7 @@ class Gpt : public Model {
   std::shared_ptr<ParallelLinear> lm_head;  // only when untied
   // The last stage's copy of wte when it is tied and the embedding lives elsewhere.
   std::vector<std::string> tied_copies() const override;
+  std::vector<std::string> tied_parameters() const override;
 
  private:
   ModelSpec spec_;
@@ -43,6 +44,7 @@ class Bert : public Model {
  public:
   explicit Bert(const ModelSpec& spec, StageInfo stage = {}, TpContext tp = {});
   std::vector<std::string> tied_copies() const override;
+  std::vector<std::string> tied_parameters() const override;
   at::Tensor embed(const Batch& b) override;
   at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;
   double flops_per_sample() const override;

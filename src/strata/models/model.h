@@ -82,6 +82,9 @@ class Model : public torch::nn::Module {
   // Parameters this part holds as copies of ones another stage owns (a tied embedding
   // on the last stage): their gradients are summed over the stages that hold them and
   // checkpoints save the owner's.
+  // The tensors one embedding and the head share (a tied embedding), by name, whichever
+  // stages hold them; a pipeline sums their gradients between the two ends.
+  virtual std::vector<std::string> tied_parameters() const { return {}; }
   virtual std::vector<std::string> tied_copies() const { return {}; }
   // Hooks around every block's forward: pre_forward in the order added, post_forward
   // in the reverse order (the first added wraps the others).

@@ -75,7 +75,8 @@ class TiedHeadFunction : public torch::autograd::Function<TiedHeadFunction> {
 
 }  // namespace
 
-at::Tensor tied_head_logits(const at::Tensor& x, const at::Tensor& weight) {
+at::Tensor tied_head_logits(const at::Tensor& x, const at::Tensor& weight, bool embedding_here) {
+  if (!embedding_here) return at::matmul(x, weight.t());
   auto w = c10::make_intrusive<TiedWeight>();
   w->weight = weight;
   return TiedHeadFunction::apply(x, w);

@@ -13,7 +13,11 @@ namespace strata {
 // .grad exists, or becomes .grad when it does not (DDP after zero_grad, ZeRO-2/3);
 // the embedding's gradient remains autograd's edge to the weight, so the weight's
 // accumulate hook (DDP's and ZeRO's readiness signal) fires once, after both parts.
-// Returns x @ weight^T, (..., V), in autocast's dtype when autocast is on.
-at::Tensor tied_head_logits(const at::Tensor& x, const at::Tensor& weight);
+// Returns x @ weight^T, (..., V), in autocast's dtype when autocast is on. On a
+// pipeline's last stage the weight is a copy the embedding does not use
+// (embedding_here false): there the head is plain autograd, so the copy's
+// accumulate hook fires for data parallelism.
+at::Tensor tied_head_logits(const at::Tensor& x, const at::Tensor& weight,
+                            bool embedding_here = true);
 
 }  // namespace strata

@@ -2,6 +2,7 @@
 #include <ATen/Tensor.h>
 
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -42,6 +43,26 @@ class GradSync : public Stateful {
   // No state of their own today (PowerSGD's error feedback restarts at zero).
   void save_state(std::vector<TensorPiece>&) override {}
   void load_state(const PieceReader&) override {}
+};
+
+// A GradSync that adds to another (model parallelism around data parallelism): every
+// call goes to the inner one; subclasses override what they add.
+class WrappedGradSync : public GradSync {
+ public:
+  explicit WrappedGradSync(std::unique_ptr<GradSync> inner) : inner_(std::move(inner)) {}
+  std::string describe() const override { return inner_->describe(); }
+  at::Tensor forward(const std::function<at::Tensor()>& f) override { return inner_->forward(f); }
+  void set_sync(bool sync) override { inner_->set_sync(sync); }
+  void finalize() override { inner_->finalize(); }
+  double grad_norm_squared() override { return inner_->grad_norm_squared(); }
+  void zero_grad() override { inner_->zero_grad(); }
+  nlohmann::json stats() override { return inner_->stats(); }
+  void inject_inf() override { inner_->inject_inf(); }
+  void save_state(std::vector<TensorPiece>& out) override { inner_->save_state(out); }
+  void load_state(const PieceReader& in) override { inner_->load_state(in); }
+
+ protected:
+  std::unique_ptr<GradSync> inner_;
 };
 
 // dp = 1 without ZeRO: gradients live in .grad buffers allocated once (Note [gradient

@@ -7,6 +7,8 @@
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
 #include "strata/parallel/data/ddp.h"
+#include "strata/parallel/pipeline/partition.h"
+#include "strata/parallel/pipeline/pp_grad_sync.h"
 #include "strata/parallel/recompute.h"
 #include "strata/parallel/tensor/regions.h"
 #include "strata/parallel/tensor/tp_grad_sync.h"
@@ -86,26 +88,74 @@ RecomputeMode apply_recompute_mode(const Config& cfg) {
   return mode;
 }
 
+// This rank's virtual stages: chunk c is stage c*p + rank (Note [schedules are data]).
+std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const Config& cfg) {
+  const auto& p = cfg.parallel;
+  const int64_t pp = mesh.dims().pp(), v = p.pp_virtual, stages = pp * v;
+  if (pp == 1 && v == 1) return {StageInfo::whole()};
+  STRATA_CHECK(spec.family == Family::kGpt || spec.family == Family::kBert, "parallel.pp=", pp,
+               ": ", spec.flavour, " has no transformer blocks to cut into stages; use ",
+               "parallel.pp=1");
+  STRATA_CHECK(spec.n_layer >= stages, "parallel.pp=", pp,
+               v > 1 ? c10::str(" x pp_virtual=", v) : "", " needs at least ", stages,
+               " blocks (the model has ", spec.n_layer, "); use fewer stages");
+  STRATA_CHECK(v == 1 || spec.n_layer % stages == 0, "the interleaved schedule with pp=", pp,
+               " and pp_virtual=", v, " needs blocks (", spec.n_layer, ") divisible by ", stages,
+               "; change pp_virtual or model.n_layer");
+  std::vector<int64_t> blocks;
+  if (p.pp_partition == "uniform")
+    blocks = uniform_partition(spec.n_layer, stages);
+  else if (p.pp_partition == "auto")
+    blocks = v > 1 ? uniform_partition(spec.n_layer, stages)
+                   : balanced_partition(transformer_stage_costs(spec), stages);
+  else
+    blocks = parse_partition(p.pp_partition, spec.n_layer, stages);
+  std::vector<StageInfo> out;
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t vs = c * pp + mesh.coord().pp;
+    int64_t begin = 0;
+    for (int64_t s = 0; s < vs; ++s) begin += blocks[static_cast<size_t>(s)];
+    out.push_back({begin, begin + blocks[static_cast<size_t>(vs)], vs == 0, vs == stages - 1});
+  }
+  log_rank0("parallelize pipeline partition: ", c10::Join(",", blocks), " blocks over ", stages,
+            " stages (", p.pp_partition, "), ", p.pp_schedule, " schedule");
+  return out;
+}
+
 // Builds this rank's parts from the seed and applies recompute over their blocks.
 std::vector<std::shared_ptr<Model>> apply_pipeline_stage(const ModelSpec& spec, Mesh& mesh,
                                                          const Config& cfg, TpContext tp,
                                                          RecomputeMode mode, at::Device device) {
-  STRATA_CHECK(mesh.dims().pp() == 1, "parallel.pp=", mesh.dims().pp(),
-               ": this build runs one pipeline stage; set parallel.pp=1");
-  const StageInfo stage = StageInfo::whole();
-  // Every rank draws the same initial weights (Note [layer init]); dropout then gets a
-  // per-rank stream (the trainer reseeds).
-  at::manual_seed(static_cast<uint64_t>(cfg.training.seed));
-  std::shared_ptr<Model> part;
-  {
-    MemoryScope scope(Category::kParameters);
-    part = build_model(spec, stage, tp);
-    part->to(device);
+  const int64_t pp = mesh.dims().pp();
+  if (pp > 1) {
+    const auto& p = cfg.parallel;
+    STRATA_CHECK(tp.size == 1, "parallel.pp=", pp, " with tp=", tp.size, ": tensor and ",
+                 "pipeline parallelism together are not supported yet; use one of them");
+    STRATA_CHECK(p.zero == 0, "parallel.zero=", p.zero, " with pp=", pp, ": ZeRO over the ",
+                 "dp axis of a pipeline is not supported yet; use parallel.zero=0 (DDP)");
+    STRATA_CHECK(p.pp_virtual == 1 || mesh.dims().dp() == 1, "parallel.pp_virtual=", p.pp_virtual,
+                 " with dp=", mesh.dims().dp(), ": data parallelism over ",
+                 "several chunks per rank is not supported yet; use dp=1 or pp_virtual=1");
+    STRATA_CHECK(p.pp_schedule != "zb-h1", "parallel.pp_schedule=zb-h1: the executor does ",
+                 "not run its split backward yet (strata schedule shows it); use 1f1b");
   }
-  apply_recompute(*part, mode, cfg.memory.recompute_k);
-  log_rank0("parallelize pipeline stage: pp=1, ", stage.to_string(spec.n_layer), ", ",
-            part->segments().size(), " segment(s)");
-  return {part};
+  std::vector<std::shared_ptr<Model>> parts;
+  for (const StageInfo& stage : pipeline_stages(spec, mesh, cfg)) {
+    // Every rank draws the same initial weights (Note [layer init]); dropout then gets
+    // a per-rank stream (the trainer reseeds).
+    at::manual_seed(static_cast<uint64_t>(cfg.training.seed));
+    std::shared_ptr<Model> part;
+    {
+      MemoryScope scope(Category::kParameters);
+      part = build_model(spec, stage, tp);
+      part->to(device);
+    }
+    apply_recompute(*part, mode, cfg.memory.recompute_k);
+    log_rank0("parallelize pipeline stage: pp=", pp, ", ", stage.to_string(spec.n_layer), ", ",
+              part->segments().size(), " segment(s)");
+    parts.push_back(part);
+  }
+  return parts;
 }
 
 void apply_precision(ParallelModel& pm, const Config& cfg, at::Device device) {
@@ -126,7 +176,7 @@ void apply_precision(ParallelModel& pm, const Config& cfg, at::Device device) {
 ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Config& cfg) {
   const auto& p = cfg.parallel;
   Comm& dp = mesh.comm(Axis::kDp);
-  STRATA_ASSERT(pm.parts.size() == 1, "data parallelism wraps one model part");
+  STRATA_ASSERT(pm.parts.size() == 1 || dp.size() == 1, "data parallelism wraps one model part");
   ZeroDataParallel* zero = nullptr;
   if (p.zero > 0) {
     if (dp.size() == 1)
@@ -151,6 +201,9 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
     pm.grad_sync = std::make_unique<TensorParallelGradSync>(
         std::move(pm.grad_sync), zero ? std::vector<NamedParam>{} : pm.params,
         mesh.comm(Axis::kTp));
+  if (mesh.dims().pp() > 1)
+    pm.grad_sync = std::make_unique<PipelineGradSync>(std::move(pm.grad_sync), pm.params,
+                                                      mesh.comm(Axis::kPp), pm.parts);
   log_rank0("parallelize data parallel: ", pm.grad_sync->describe());
   return zero;
 }
@@ -202,8 +255,9 @@ ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, 
       } else {
         np.norm_weight = 1.0 / static_cast<double>(tp.size);
       }
-      np.shard_saved = (g != geometry.end() || tp.rank == 0) &&
-                       std::find(copies.begin(), copies.end(), item.key()) == copies.end();
+      const bool copy = std::find(copies.begin(), copies.end(), item.key()) != copies.end();
+      np.shard_saved = (g != geometry.end() || tp.rank == 0) && !copy;
+      if (copy) np.norm_weight = 0;  // its owner's gradient counts (after the exchange)
       np.saved = first_replica && np.shard_saved;
       if (!item.value().requires_grad())
         STRATA_ASSERT(g == geometry.end(), "frozen parameter ", item.key(), " is a tp slice");

@@ -60,8 +60,6 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   const auto& t = cfg_.training;
   const auto& p = cfg_.parallel;
   ParallelDims dims(p.dp, p.tp, p.pp, info.world_size);
-  STRATA_CHECK(dims.pp() == 1, "parallel.pp=", dims.pp(),
-               ": this build has no pipeline parallelism yet; set parallel.pp=1");
   set_log_rank(static_cast<int>(info.rank));
   const auto hw = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   threads_ = t.threads > 0 ? t.threads : std::max<int64_t>(1, hw / info.local_world_size);
@@ -98,7 +96,12 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
 
   rss_base_ = rss_bytes();  // the runtime, libraries and data, before any model state
   pm_ = parallelize(spec_, *mesh_, cfg_, device_);
-  schedule_ = single_stage_schedule(accum_);
+  // One stage: F0 B0 F1 B1 ...; a pipeline: this rank's list of its schedule.
+  schedule_ =
+      dims.pp() == 1 && cfg_.parallel.pp_virtual == 1
+          ? single_stage_schedule(accum_)[0]
+          : pipeline_schedule(parse_schedule_kind(cfg_.parallel.pp_schedule), dims.pp(), accum_,
+                              cfg_.parallel.pp_virtual)[static_cast<size_t>(mesh_->coord().pp)];
   scaler_ = std::make_unique<LossScaler>(LossScalerOptions{
       pm_.precision == Precision::kFp16, cfg_.memory.loss_scale_init, cfg_.memory.loss_scale_growth,
       cfg_.memory.loss_scale_backoff, cfg_.memory.loss_scale_interval});
@@ -230,8 +233,19 @@ double Trainer::train_step(int64_t step) {
   // micro-steps, so the gradients are the scaled mean.
   StepContext ctx{pm_.parts, *pm_.grad_sync, device_.type(), pm_.compute_dtype,
                   scaler_->scale() / static_cast<double>(accum_)};
-  const double loss_sum = run_stage_actions(schedule_[0], accum_, ctx, [&](int64_t) {
-    return to_device(data_.train->get(sampler_->next(micro_)));
+  const bool pipeline = mesh_->dims().pp() > 1;
+  if (pipeline) {
+    ctx.pp = &mesh_->comm(Axis::kPp);
+    ctx.activation_shape = {micro_, spec_.seq_len, spec_.d_model};
+    ctx.activation_dtype = pm_.compute_dtype;
+  }
+  // Every stage draws the step's micro-batches in order (a pipeline's parts forward
+  // each once per chunk): the first use of micro-batch m takes the sampler's next.
+  std::vector<Batch> batches;
+  const double loss_sum = run_stage_actions(schedule_, accum_, ctx, [&](int64_t m) {
+    while (static_cast<int64_t>(batches.size()) <= m)
+      batches.push_back(to_device(data_.train->get(sampler_->next(micro_))));
+    return batches[static_cast<size_t>(m)];
   });
   pm_.grad_sync->finalize();
   const auto t1 = std::chrono::steady_clock::now();
@@ -247,7 +261,16 @@ double Trainer::train_step(int64_t step) {
   const auto t2 = std::chrono::steady_clock::now();
   phase_ms_ = {std::chrono::duration<double, std::milli>(t1 - t0).count(),
                std::chrono::duration<double, std::milli>(t2 - t1).count()};
-  return average_over_dp(loss_sum / static_cast<double>(accum_));
+  return average_over_dp(from_last_stage(loss_sum) / static_cast<double>(accum_));
+}
+
+double Trainer::from_last_stage(double v) {
+  // The loss lives on the last stage (pp rank p-1); every rank logs it.
+  Comm& pp = mesh_->comm(Axis::kPp);
+  if (pp.size() == 1) return v;
+  at::Tensor t = at::full({1}, v, at::kDouble);
+  pp.broadcast(t, pp.size() - 1).wait();
+  return t.item<double>();
 }
 
 double Trainer::evaluate() {
@@ -266,11 +289,38 @@ double Trainer::evaluate() {
                                idx.begin() + static_cast<int64_t>(begin) + micro_);
     const Batch batch = to_device(data_.eval->get(chunk));
     AutocastScope autocast(device_.type(), pm_.compute_dtype);
-    sum += pm_.grad_sync->forward([&] { return pm_.parts[0]->forward_loss(batch); }).item<double>();
+    sum += forward_only(batch);
     ++n;
   }
   for (auto& part : pm_.parts) part->train();
-  return average_over_dp(n ? sum / static_cast<double>(n) : NAN);
+  return average_over_dp(from_last_stage(n ? sum / static_cast<double>(n) : NAN));
+}
+
+double Trainer::forward_only(const Batch& batch) {
+  if (mesh_->dims().pp() == 1)
+    return pm_.grad_sync->forward([&] { return pm_.parts[0]->forward_loss(batch); }).item<double>();
+  // Through the virtual stages in order: this rank runs its own, receiving the
+  // previous stage's activations and sending its output on; the last returns the loss.
+  Comm& pp = mesh_->comm(Axis::kPp);
+  const int64_t p = pp.size(), stages = p * static_cast<int64_t>(pm_.parts.size());
+  double loss = 0;
+  for (int64_t vs = 0; vs < stages; ++vs) {
+    if (vs % p != pp.rank()) continue;
+    at::Tensor x;
+    if (vs > 0) {
+      x = at::empty({micro_, spec_.seq_len, spec_.d_model},
+                    at::TensorOptions().dtype(pm_.compute_dtype).device(device_));
+      pp.recv(x, (vs - 1) % p, static_cast<int>(vs)).wait();
+    }
+    at::Tensor out = pm_.parts[static_cast<size_t>(vs / p)]->forward_part(x, batch);
+    if (vs == stages - 1) {
+      loss = out.item<double>();
+    } else {
+      at::Tensor send = out.to(pm_.compute_dtype).contiguous();
+      pp.send(send, (vs + 1) % p, static_cast<int>(vs + 1)).wait();
+    }
+  }
+  return loss;
 }
 
 void Trainer::save(int64_t step) {

@@ -50,6 +50,8 @@ class Trainer {
   // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
   int agreed_stop_signal();
   double average_over_dp(double v);
+  double from_last_stage(double v);         // the last pipeline stage's value, on every rank
+  double forward_only(const Batch& batch);  // one micro-batch's loss (the last stage's)
   // Gradient clipping and loss scaling after backward: returns the factor the
   // optimizer applies to the gradients, or nothing when the step is skipped.
   std::optional<double> check_gradients(int64_t step);
@@ -64,7 +66,7 @@ class Trainer {
   DataSource data_;
   ModelSpec spec_;
   ParallelModel pm_;
-  std::vector<StageActions> schedule_;                  // this step's actions per stage
+  StageActions schedule_;                               // this rank's actions in a step
   std::unique_ptr<TimelineBlockHooks> timeline_hooks_;  // rank 0 with a memory timeline
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<SamplerState> sampler_state_;

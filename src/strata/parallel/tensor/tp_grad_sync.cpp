@@ -6,7 +6,7 @@ namespace strata {
 
 TensorParallelGradSync::TensorParallelGradSync(std::unique_ptr<GradSync> inner,
                                                std::vector<NamedParam> params, Comm& tp)
-    : inner_(std::move(inner)), params_(std::move(params)), tp_(tp) {}
+    : WrappedGradSync(std::move(inner)), params_(std::move(params)), tp_(tp) {}
 
 std::string TensorParallelGradSync::describe() const {
   return inner_->describe() + c10::str("; gradient norm summed over tp=", tp_.size());
