@@ -92,7 +92,7 @@ TEST(PipelineSchedule, EveryScheduleIsValidDeadlockFreeAndHasItsTheoreticalBubbl
         const auto s = pipeline_schedule(kind, p, m);
         const ScheduleCheck c = check_schedule(s, m);
         ASSERT_EQ(c.error, "") << schedule_name(kind) << " " << at;
-        const Simulation sim = simulate_schedule(s, 1, unit_costs());
+        const Simulation sim = simulate_schedule(s, unit_costs());
         ASSERT_EQ(sim.error, "") << schedule_name(kind) << " " << at;
         const double idle = sim.step_time - sim.busy[0];
         if (kind == ScheduleKind::kZbH1) {
@@ -121,7 +121,7 @@ TEST(PipelineSchedule, EveryScheduleIsValidDeadlockFreeAndHasItsTheoreticalBubbl
         const auto s = pipeline_schedule(ScheduleKind::kInterleaved, p, m, v);
         const ScheduleCheck c = check_schedule(s, m, v);
         ASSERT_EQ(c.error, "") << "interleaved v=" << v << " " << at;
-        const Simulation sim = simulate_schedule(s, v, unit_costs(v));
+        const Simulation sim = simulate_schedule(s, unit_costs(v));
         ASSERT_EQ(sim.error, "") << "interleaved v=" << v << " " << at;
         const double idle = sim.step_time - sim.busy[0];
         EXPECT_NEAR(idle, idle_1f1b / static_cast<double>(v), 1e-9)
@@ -144,7 +144,7 @@ TEST(PipelineSchedule, CheckAndSimulationFindBrokenMessaging) {
   cyclic[0] = {{ActionType::kForward, 0, 0},
                {ActionType::kRecvGrad, 0, 0},
                {ActionType::kSendActivation, 0, 0}};
-  const Simulation sim = simulate_schedule(cyclic, 1, unit_costs());
+  const Simulation sim = simulate_schedule(cyclic, unit_costs());
   EXPECT_NE(sim.error.find("deadlock"), std::string::npos) << sim.error;
   // A send with no neighbour.
   auto lonely = s;
@@ -263,7 +263,7 @@ TEST(StagePartition, PartitionStringsAreCheckedWithTheFix) {
 
 TEST(PipelineSchedule, ChromeTraceHasOneEventPerComputeActionOnItsRanksTrack) {
   const auto s = pipeline_schedule(ScheduleKind::kZbH1, 2, 3);
-  const Simulation sim = simulate_schedule(s, 1, unit_costs());
+  const Simulation sim = simulate_schedule(s, unit_costs());
   const nlohmann::json trace = chrome_trace(sim.timeline);
   int64_t events = 0, names = 0;
   for (const auto& e : trace["traceEvents"]) {

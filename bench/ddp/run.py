@@ -12,43 +12,27 @@ hidden behind backward (from its metrics).
 Not a test: numbers depend on the machine. Strata runs from build/strata.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from common import add_run_args, free_port  # noqa: E402
+from common import add_run_args, strata_train_records, torch_peer_lines  # noqa: E402
 
 
 def run_strata(a, run_dir):
-    cmd = [a.strata, "train", "--model.flavour=gpt2-124m", "--data.source=synthetic",
-           f"--model.seq_len={a.seq}", f"--training.batch_size={a.batch * a.world}",
-           f"--nproc", str(a.world), f"--training.threads={a.threads}",
-           f"--training.steps={a.steps}", "--training.eval_interval=0",
-           "--training.lr=1e-4", "--training.warmup_steps=1", "--training.deterministic=false",
-           "--checkpoint.save_final=false", f"--logging.run_dir={run_dir}",
-           "--logging.progress=off", f"--parallel.bucket_cap_mb={a.bucket_cap_mb}"] + a.strata_arg
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    recs = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
-    recs = recs[a.warmup:]
+    recs = strata_train_records(a, run_dir, [f"--training.batch_size={a.batch * a.world}",
+                                             f"--parallel.bucket_cap_mb={a.bucket_cap_mb}"]
+                                + a.strata_arg)
     return ([r["step_ms"] for r in recs], [r["ddp"]["hidden_fraction"] for r in recs],
             [r["ddp"]["comm_ms"] for r in recs])
 
 
 def run_torch(a, extra):
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MASTER_ADDR="127.0.0.1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(a.world),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           os.path.join(ROOT, "bench", "ddp", "torch_ddp.py"), "--seq", str(a.seq),
-           "--batch", str(a.batch), "--steps", str(a.steps), "--threads", str(a.threads),
-           "--bucket-cap-mb", str(a.bucket_cap_mb)] + extra
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env,
-                         cwd="/").stdout
-    recs = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    recs = torch_peer_lines(a, os.path.join(ROOT, "bench", "ddp", "torch_ddp.py"),
+                            ["--bucket-cap-mb", str(a.bucket_cap_mb)] + extra)
     return [r["step_ms"] for r in recs[a.warmup:]]
 
 

@@ -18,30 +18,21 @@ communication per step (bytes and the milliseconds spent waiting on it).
 Not a test: numbers depend on the machine. Strata runs from build/strata.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from common import add_run_args, free_port  # noqa: E402
+from common import add_run_args, strata_train_records, torch_peer_rss_run  # noqa: E402
 MiB = 1024.0 * 1024.0
 
 
 def run_strata(a, sp, run_dir):
-    cmd = [a.strata, "train", "--model.flavour=gpt2-124m", "--data.source=synthetic",
-           "--model.tied_embedding=false", f"--model.seq_len={a.seq}",
-           f"--training.batch_size={a.batch}", "--nproc", str(a.world),
-           f"--parallel.tp={a.world}", f"--parallel.sequence_parallel={'true' if sp else 'false'}",
-           f"--training.threads={a.threads}", f"--training.steps={a.steps}",
-           "--training.eval_interval=0", "--training.lr=1e-4", "--training.warmup_steps=1",
-           "--training.deterministic=false", "--checkpoint.save_final=false",
-           f"--logging.run_dir={run_dir}", "--logging.progress=off"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    recs = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))][a.warmup:]
+    recs = strata_train_records(a, run_dir, [
+        "--model.tied_embedding=false", f"--training.batch_size={a.batch}",
+        f"--parallel.tp={a.world}", f"--parallel.sequence_parallel={'true' if sp else 'false'}"])
     return {"ms": [r["step_ms"] for r in recs],
             "peak": max(r["rss"]["peak"] for r in recs),
             "base": recs[0]["rss"]["base"],
@@ -50,19 +41,8 @@ def run_strata(a, sp, run_dir):
 
 
 def run_torch(a, sp):
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MASTER_ADDR="127.0.0.1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(a.world),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           os.path.join(ROOT, "bench", "tp", "torch_tp.py"), "--seq", str(a.seq),
-           "--batch", str(a.batch), "--steps", str(a.steps), "--threads", str(a.threads)]
-    cmd += ["--sp"] if sp else []
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env,
-                         cwd="/").stdout
-    lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
-    base = next(l["rss_base"] for l in lines if "rss_base" in l)
-    recs = [l for l in lines if "step" in l][a.warmup:]
-    return {"ms": [r["step_ms"] for r in recs], "peak": max(r["rss_peak"] for r in recs),
-            "base": base}
+    return torch_peer_rss_run(a, os.path.join(ROOT, "bench", "tp", "torch_tp.py"),
+                              ["--sp"] if sp else [])
 
 
 def main():

@@ -23,7 +23,7 @@ int run_schedule(const ScheduleArgs& a) {
   const ScheduleKind kind = parse_schedule_kind(a.schedule);
   const auto s = pipeline_schedule(kind, a.pp, a.micro_batches, a.chunks);
   const ScheduleCheck check = check_schedule(s, a.micro_batches, a.chunks);
-  const Simulation sim = simulate_schedule(s, a.chunks, unit_costs(a.chunks));
+  const Simulation sim = simulate_schedule(s, unit_costs(a.chunks));
   // A schedule this program makes is valid by construction; say so if it is not.
   const std::string problem = !check.error.empty() ? check.error : sim.error;
   if (!problem.empty()) {

@@ -96,10 +96,6 @@ std::vector<std::string> Gpt::tied_parameters() const {
   return {};
 }
 
-std::vector<std::string> Gpt::tied_copies() const {
-  return stage().last && !stage().first ? tied_parameters() : std::vector<std::string>{};
-}
-
 at::Tensor Gpt::embed(const Batch& b) {
   // (B, T, C); under sequence parallelism (B, T/tp, C), this rank's positions.
   at::Tensor positions = stream_positions(position_ids(b, spec_.seq_len).unsqueeze(0), tp_);
@@ -176,10 +172,6 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
 
 std::vector<std::string> Bert::tied_parameters() const {
   return {"word.weight"};
-}
-
-std::vector<std::string> Bert::tied_copies() const {
-  return stage().last && !stage().first ? tied_parameters() : std::vector<std::string>{};
 }
 
 at::Tensor Bert::embed(const Batch& b) {

@@ -28,7 +28,6 @@ class Gpt : public Model {
   torch::nn::LayerNorm ln_f{nullptr};
   std::shared_ptr<ParallelLinear> lm_head;  // only when untied
   // The last stage's copy of wte when it is tied and the embedding lives elsewhere.
-  std::vector<std::string> tied_copies() const override;
   std::vector<std::string> tied_parameters() const override;
 
  private:
@@ -43,7 +42,6 @@ class Gpt : public Model {
 class Bert : public Model {
  public:
   explicit Bert(const ModelSpec& spec, StageInfo stage = {}, TpContext tp = {});
-  std::vector<std::string> tied_copies() const override;
   std::vector<std::string> tied_parameters() const override;
   at::Tensor embed(const Batch& b) override;
   at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;

@@ -85,7 +85,9 @@ class Model : public torch::nn::Module {
   // The tensors one embedding and the head share (a tied embedding), by name, whichever
   // stages hold them; a pipeline sums their gradients between the two ends.
   virtual std::vector<std::string> tied_parameters() const { return {}; }
-  virtual std::vector<std::string> tied_copies() const { return {}; }
+  std::vector<std::string> tied_copies() const {
+    return stage_.last && !stage_.first ? tied_parameters() : std::vector<std::string>{};
+  }
   // Hooks around every block's forward: pre_forward in the order added, post_forward
   // in the reverse order (the first added wraps the others).
   void add_block_hooks(BlockHooks* hooks);

@@ -146,6 +146,16 @@ bool NamedParam::holds_first_element() const {
                                                   [](int64_t o) { return o == 0; }));
 }
 
+std::vector<int64_t> NamedParam::full_shape() const {
+  return runs.empty() ? param.sizes().vec() : global_shape;
+}
+
+void NamedParam::read_regions(const PieceReader& in, const std::string& key,
+                              const at::Tensor& t) const {
+  if (runs.empty()) return in.read(key, t);
+  for (const SliceRun& r : runs) in.read(key, t.narrow(0, r.local_begin, r.length), r.offsets);
+}
+
 double grad_norm_squared(const std::vector<NamedParam>& params) {
   // Note [partition-invariant norm]: each element is squared exactly in fp64 (a
   // float's square fits in a double) and the squares are summed in fp64, in chunks
@@ -211,12 +221,9 @@ void AdamW::load_state(const PieceReader& in) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const NamedParam& p = params_[i];
     const auto& name = p.name;
-    in.expect_shape("model." + name, p.runs.empty() ? p.param.sizes().vec() : p.global_shape);
+    in.expect_shape("model." + name, p.full_shape());
     // This rank's regions of the global tensor, wherever they were written.
-    auto read = [&](const std::string& key, at::Tensor t) {
-      if (p.runs.empty()) return in.read(key, t);
-      for (const auto& r : p.runs) in.read(key, t.narrow(0, r.local_begin, r.length), r.offsets);
-    };
+    auto read = [&](const std::string& key, const at::Tensor& t) { p.read_regions(in, key, t); };
     State& st = state_[i];
     if (st.master.defined()) {
       read("model." + name, st.master);

@@ -36,6 +36,10 @@ struct NamedParam {
   // This rank's tensor holds the global tensor's first element (the rank that writes
   // the tensor's one optimizer step count).
   bool holds_first_element() const;
+  // The tensor's shape in checkpoints: the global one of a slice, else its own.
+  std::vector<int64_t> full_shape() const;
+  // Reads this rank's regions of the checkpoint tensor key into t (of param's shape).
+  void read_regions(const PieceReader& in, const std::string& key, const at::Tensor& t) const;
 };
 // The gradient an optimizer reads for p (p.grad when set, else p.param.grad()).
 const at::Tensor& grad_of(const NamedParam& p);

@@ -40,14 +40,13 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
   };
   for (const Action& a : actions) {
     MemoryScope scope(Category::kActivations);
-    // Compute actions wait for their messages before the clock starts.
-    if (a.type == ActionType::kForward && a.chunk * p + rank > 0)
-      held[{a.chunk, a.micro}].input_recv.wait();
-    if (a.type == ActionType::kBackward && a.chunk * p + rank < last)
-      held[{a.chunk, a.micro}].grad_recv.wait();
-    const double started = seconds();
     const int64_t vs = a.chunk * p + rank;
     InFlight& f = held[{a.chunk, a.micro}];
+    // Compute actions wait for their messages before the clock starts (a no-op where
+    // nothing is pending: the first or last virtual stage, one stage).
+    if (a.type == ActionType::kForward) f.input_recv.wait();
+    if (a.type == ActionType::kBackward) f.grad_recv.wait();
+    const double started = seconds();
     switch (a.type) {
       case ActionType::kRecvActivation:
         f.input = at::empty(ctx.activation_shape,

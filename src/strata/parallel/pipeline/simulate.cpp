@@ -10,8 +10,7 @@
 
 namespace strata {
 
-Simulation simulate_schedule(const std::vector<StageActions>& schedule, int64_t chunks,
-                             const ActionCost& cost) {
+Simulation simulate_schedule(const std::vector<StageActions>& schedule, const ActionCost& cost) {
   Simulation sim;
   const auto p = static_cast<int64_t>(schedule.size());
   const auto ranks = static_cast<size_t>(p);
@@ -72,7 +71,6 @@ Simulation simulate_schedule(const std::vector<StageActions>& schedule, int64_t 
     sim.step_time = std::max(sim.step_time, clock[r]);
     total_busy += sim.busy[r];
   }
-  (void)chunks;
   if (sim.step_time > 0)
     sim.bubble_fraction = 1 - total_busy / (static_cast<double>(p) * sim.step_time);
   return sim;

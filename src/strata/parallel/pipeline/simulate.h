@@ -29,8 +29,7 @@ struct Simulation {
   std::vector<std::vector<TimedAction>> timeline;  // per rank, in list order
 };
 using ActionCost = std::function<double(int64_t rank, const Action& action)>;
-Simulation simulate_schedule(const std::vector<StageActions>& schedule, int64_t chunks,
-                             const ActionCost& cost);
+Simulation simulate_schedule(const std::vector<StageActions>& schedule, const ActionCost& cost);
 
 // Unit costs of a whole-model pass split over chunks: forward 1, backward 2 (input 1
 // and weight 1 when split), each divided by chunks; messages free.

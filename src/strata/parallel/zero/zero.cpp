@@ -536,8 +536,7 @@ void ZeroDataParallel::save_optimizer_state(std::vector<TensorPiece>& out) {
         static_cast<size_t>(std::find(names_.begin(), names_.end(), pc.name) - names_.begin());
     const NamedParam& info = info_[i];
     if (!info.shard_saved) continue;
-    const std::vector<int64_t> shape =
-        info.global_shape.empty() ? params_[i].sizes().vec() : info.global_shape;
+    const std::vector<int64_t> shape = info.full_shape();
     auto flat = [&](const std::string& name, const at::Tensor& t) {
       for_each_region(info, params_[i], pc.offset, pc.length,
                       [&](const std::vector<int64_t>& offsets, const std::vector<int64_t>& box,
@@ -559,16 +558,11 @@ void ZeroDataParallel::load_optimizer_state(const PieceReader& in) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     const NamedParam& info = info_[i];
-    in.expect_shape("model." + names_[i],
-                    info.global_shape.empty() ? params_[i].sizes().vec() : info.global_shape);
+    in.expect_shape("model." + names_[i], info.full_shape());
     if (opts_.stage < 3) {
       // Every rank holds the full parameters below stage 3: one at a time.
       at::Tensor v = at::empty(params_[i].sizes(), at::kFloat);
-      if (info.runs.empty())
-        in.read("model." + names_[i], v);
-      else
-        for (const SliceRun& r : info.runs)
-          in.read("model." + names_[i], v.narrow(0, r.local_begin, r.length), r.offsets);
+      info.read_regions(in, "model." + names_[i], v);
       params_[i].copy_(v);
     }
   }
