@@ -217,8 +217,8 @@ TEST(Estimator, TensorAndPipelineFormulas) {
   in.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(block_saved(in), 16.0 / 4 * N * C * 4 + 16 * N + N * 12 * 4 / 4);
   EXPECT_LT(block_saved(in), one);
-  // Pipeline: stage 0 keeps pp micro-batches under 1F1B, all of them under GPipe;
-  // the last stage one, but it holds the head. The larger one is the estimate.
+  // Pipeline: stage s keeps p - s micro-batches under 1F1B, all of them under GPipe;
+  // the last stage one, but it holds the head. The highest stage is the estimate.
   in = gpt_input("gpt2-124m");
   in.micro_batch = 1;
   in.pp = 4;
@@ -226,16 +226,33 @@ TEST(Estimator, TensorAndPipelineFormulas) {
   in.spec.vocab_size = 256;  // a small head: stage 0 is the larger
   EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 4);
   EXPECT_EQ(estimate_memory(in).peak.phase.rfind("stage 0: ", 0), 0u);
+  in.stage = 1;
+  EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 3);
+  in.stage = -1;
   in.schedule = "gpipe";
   EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 8);
   in.schedule = "1f1b";
   in.spec.vocab_size = 50257;  // GPT-2's head: the last stage is the larger
   EXPECT_EQ(estimate_memory(in).peak.phase, "stage 3: head.backward (peak)");
   EXPECT_EQ(estimate_memory(in).micro_batches_in_flight, 1);
-  // A stage holds a quarter of the blocks (and the embeddings).
+  EXPECT_EQ(estimate_memory(in).stage, 3);
+  // A stage holds a quarter of the blocks; the stages' parameters add up to the
+  // model's plus the tied embedding's copy on the last stage.
   const MemoryEstimate e = estimate_memory(in);
   EXPECT_EQ(e.activation.blocks.size(), 3u);
-  EXPECT_LT(e.states.parameters, model_state_bytes(124'439'808, 124'439'808, {}).parameters / 2);
+  const ParameterCount c = count_parameters(in.spec);
+  double sum = 0;
+  for (int64_t s = 0; s < 4; ++s) {
+    in.stage = s;
+    sum += estimate_memory(in).states.parameters;
+  }
+  EXPECT_DOUBLE_EQ(sum, 4.0 * static_cast<double>(c.total + c.tied_copy));
+  // The partition decides a stage's blocks: 6 on stage 0 of 6,2,2,2.
+  in.stage_blocks = {6, 2, 2, 2};
+  in.stage = 0;
+  EXPECT_EQ(estimate_memory(in).activation.blocks.size(), 6u);
+  EXPECT_DOUBLE_EQ(estimate_memory(in).states.parameters,
+                   4.0 * static_cast<double>(c.first_stage + 6 * c.per_block));
 }
 
 TEST(Estimator, TimelineHasThePhasesAndThePeak) {

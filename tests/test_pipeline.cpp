@@ -4,10 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
 #include <map>
 
+#include "strata/models/flavours.h"
+#include "strata/parallel/pipeline/profile.h"
 #include "test_util.h"
 
+using namespace strata;
 using namespace strata::test;
 
 namespace {
@@ -58,6 +65,7 @@ TEST(PipelineParallel, SchedulesMatchOneProcess) {
           {"1f1b", "", pp2},
           {"gpipe", "", pp2 + "--parallel.pp_schedule=gpipe "},
           {"interleaved", "", pp2 + "--parallel.pp_schedule=interleaved --parallel.pp_virtual=2 "},
+          {"zb-h1", "", pp2 + "--parallel.pp_schedule=zb-h1 "},
           {"pp4", "", pp4},
           {"uneven", "", pp2 + "--parallel.pp_partition=3,1 "},
       });
@@ -65,15 +73,24 @@ TEST(PipelineParallel, SchedulesMatchOneProcess) {
 
 TEST(PipelineParallel, ModelsPrecisionRecomputeAndDataParallelMatchOneProcess) {
   expect_match_one_process(
-      "mixed", {
-                   {"untied", "--model.tied_embedding=false ", pp2},
-                   {"bert", "--model.flavour=bert-debug ", pp2},
-                   {"full-recompute", "--memory.recompute=full ", pp2},
-                   {"dp2-ddp", "", "--nproc 4 --parallel.pp=2 ", 1e-5, 1e-5, /*eval=*/false},
-                   // Half precision against one-process half precision: the same bounds as tensor
-                   // parallelism's (rounding order differs only at the stage boundary's cast).
-                   {"bf16", "--memory.precision=bf16 ", pp2, 1e-4, 3e-2},
-               });
+      "mixed",
+      {
+          {"untied", "--model.tied_embedding=false ", pp2},
+          // The untied head is a linear too: its weight gradient is deferred.
+          {"zb-h1-untied", "--model.tied_embedding=false ", pp2 + "--parallel.pp_schedule=zb-h1 "},
+          {"bert", "--model.flavour=bert-debug ", pp2},
+          {"full-recompute", "--memory.recompute=full ", pp2},
+          {"dp2-ddp", "", "--nproc 4 --parallel.pp=2 ", 1e-5, 1e-5, /*eval=*/false},
+          // ZeRO shards each stage's states over dp; the tied embedding's two
+          // copies are summed before the root's reduction.
+          {"dp2-zero1", "", "--nproc 4 --parallel.pp=2 --parallel.zero=1 ", 1e-5, 1e-5,
+           /*eval=*/false},
+          {"dp2-zero2", "", "--nproc 4 --parallel.pp=2 --parallel.zero=2 ", 1e-5, 1e-5,
+           /*eval=*/false},
+          // Half precision against one-process half precision: the same bounds as tensor
+          // parallelism's (rounding order differs only at the stage boundary's cast).
+          {"bf16", "--memory.precision=bf16 ", pp2, 1e-4, 3e-2},
+      });
 }
 
 TEST(PipelineParallel, Fp16OverflowOnOneStageSkipsTheStepOnEveryStage) {
@@ -132,9 +149,119 @@ TEST(PipelineParallel, BadSettingsAreOneClearLine) {
                         "the 1f1b schedule needs at least pp=2 micro-batches per step (got 1)");
   expect_one_error_line(train_command(dir, kCommon + "--parallel.pp_virtual=2"),
                         "parallel.pp_virtual=2 applies to the interleaved schedule only");
-  expect_one_error_line(train_command(dir, kCommon + pp2 + "--parallel.pp_schedule=zb-h1"),
-                        "the executor does not run its split backward yet");
+  expect_one_error_line(train_command(dir, kCommon + pp2 + "--parallel.zero=3"),
+                        "ZeRO-3 gathers and frees each block around one forward and backward");
+  expect_one_error_line(
+      train_command(dir, kCommon + "--nproc 4 --parallel.pp=2 --parallel.pp_schedule=zb-h1"),
+      "parallel.pp_schedule=zb-h1 with dp=2: its deferred weight gradients");
   expect_one_error_line(
       train_command(dir, kCommon + pp2 + "--model.flavour=mlp --data.source=fashion-mnist"),
       "has no transformer blocks to cut into stages");
+}
+
+namespace {
+// Stage 0's activation peak (tracked, the last step) of a 2-step pp=2 run with m
+// micro-batches of 2 samples.
+double stage0_activation_peak(const std::string& schedule, int64_t m) {
+  const std::string dir =
+      train_ok("pp-mem-" + schedule + "-" + std::to_string(m),
+               "--training.steps=2 --model.dropout=0 --model.seq_len=64 "
+               "--training.micro_batch_size=2 --checkpoint.save_final=false "
+               "--parallel.pp_partition=uniform --training.batch_size=" +
+                   std::to_string(2 * m) + " " + pp2 + "--parallel.pp_schedule=" + schedule);
+  return read_metrics(dir + "/metrics.jsonl").back()["mem_peak"]["activations"].get<double>();
+}
+}  // namespace
+
+TEST(PipelineParallel, StageZeroHoldsMMicroBatchesUnderGpipeAndPUnder1F1B) {
+  // With a micro-batch's activations a and a fixed part c (the tracking allocator's
+  // activation category on stage 0, rank 0), GPipe holds m micro-batches (its peak is
+  // linear in m: the step from m=4 to 8 is twice that from 2 to 4) and 1F1B holds
+  // p = 2 whatever m (its peak at m=8 is GPipe's at m=2, where both hold 2).
+  const double g2 = stage0_activation_peak("gpipe", 2), g4 = stage0_activation_peak("gpipe", 4),
+               g8 = stage0_activation_peak("gpipe", 8), f8 = stage0_activation_peak("1f1b", 8);
+  std::cout << "stage 0 activation peak (bytes): gpipe m=2 " << g2 << ", m=4 " << g4 << ", m=8 "
+            << g8 << "; 1f1b m=8 " << f8 << "\n";
+  const double a = (g4 - g2) / 2;
+  ASSERT_GT(a, 0);
+  EXPECT_NEAR(g8 - g4, 4 * a, 0.1 * 4 * a) << g2 << " " << g4 << " " << g8;
+  EXPECT_NEAR(f8, g2, 0.05 * g2) << "1f1b at m=8 " << f8 << ", gpipe at m=2 " << g2;
+}
+
+TEST(PipelineParallel, StepsRecordTheirBubbleTraceAndGanttChart) {
+  // Every step's metrics carry the measured bubble of the pp group; logging.trace_step
+  // writes that step's timeline of every stage as a Chrome trace, and `strata report`
+  // draws it as a Gantt chart.
+  const std::string dir = train_ok("pp-trace",
+                                   "--training.steps=3 --model.seq_len=64 --training.batch_size=8 "
+                                   "--training.micro_batch_size=2 --logging.trace_step=2 "
+                                   "--checkpoint.save_final=false " +
+                                       pp2);
+  const auto recs = read_metrics(dir + "/metrics.jsonl");
+  ASSERT_EQ(recs.size(), 3u);
+  for (const auto& r : recs) {
+    ASSERT_TRUE(r.contains("pp")) << r.dump();
+    const double bubble = r["pp"]["bubble"].get<double>();
+    EXPECT_GT(bubble, 0);  // two stages cannot both be busy all the time
+    EXPECT_LT(bubble, 1);
+    ASSERT_EQ(r["pp"]["busy_ms"].size(), 2u);
+    // The schedule simulated with the step's own durations (bench/pipeline compares it
+    // with the measured step): at least the busiest stage's work.
+    EXPECT_GE(
+        r["pp"]["predicted_ms"].get<double>(),
+        std::max(r["pp"]["busy_ms"][0].get<double>(), r["pp"]["busy_ms"][1].get<double>()) - 1e-6);
+    for (const auto& b : r["pp"]["busy_ms"]) EXPECT_GT(b.get<double>(), 0);
+  }
+  std::ifstream in(dir + "/trace.json");
+  const auto trace = nlohmann::json::parse(in);
+  std::map<int64_t, int64_t> per_stage;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") {
+      ++per_stage[e["tid"].get<int64_t>()];
+      EXPECT_GE(e["dur"].get<double>(), 0);
+    }
+  ASSERT_EQ(per_stage.size(), 2u);
+  for (const auto& [stage, n] : per_stage) EXPECT_EQ(n, 8) << "stage " << stage;  // 4 F + 4 B
+  auto r = run(strata_bin() + " report " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream html(dir + "/report.html");
+  const std::string page((std::istreambuf_iterator<char>(html)), {});
+  EXPECT_NE(page.find("<h2>Pipeline</h2>"), std::string::npos);
+  EXPECT_NE(page.find("Schedule of step 2 as run"), std::string::npos);
+  EXPECT_NE(page.find("0B3 (backward)"), std::string::npos);  // the last backward
+  // `auto` balanced the stages by a profile of this machine, cached in the run
+  // directory, and config.toml records the partition the run used.
+  EXPECT_TRUE(std::filesystem::exists(dir + "/pp_profile.json"));
+  std::ifstream cfg(dir + "/config.toml");
+  const std::string toml((std::istreambuf_iterator<char>(cfg)), {});
+  EXPECT_TRUE(toml.find("pp_partition = \"3,1\"") != std::string::npos ||
+              toml.find("pp_partition = \"2,2\"") != std::string::npos ||
+              toml.find("pp_partition = \"1,3\"") != std::string::npos)
+      << toml;
+}
+
+TEST(PipelineParallel, AutoPartitionComesFromAProfileOfThisMachine) {
+  // The debug GPT's head (vocabulary 8192 against d_model 96) costs several blocks:
+  // the profile sees it, and a second run reads the cached profile.
+  ModelConfig mc;
+  mc.flavour = "debug";
+  mc.seq_len = 64;
+  const ModelSpec spec = resolve_model_spec(mc, {});
+  const StageCosts c = profile_stage_costs(spec, 2, at::Device(at::kCPU), 3);
+  ASSERT_EQ(c.block.size(), static_cast<size_t>(spec.n_layer));
+  EXPECT_GT(c.block[0], 0);
+  EXPECT_GT(c.last, 2 * c.block[0]) << "block " << c.block[0] << " s, head " << c.last << " s";
+  const std::string args =
+      "--training.steps=1 --model.seq_len=64 --training.batch_size=4 "
+      "--training.micro_batch_size=2 --checkpoint.save_final=false " +
+      pp2;
+  const std::string dir = temp_dir("pp-profile");
+  auto r = run(train_command(dir, args));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("pipeline profile: a block"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(measured now)"), std::string::npos) << r.output;
+  r = run(train_command(dir, args));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("(cached in " + dir + "/pp_profile.json)"), std::string::npos)
+      << r.output;
 }

@@ -290,6 +290,32 @@ TEST(PipelineSchedule, ChromeTraceHasOneEventPerComputeActionOnItsRanksTrack) {
   EXPECT_EQ(events, 2 * 3 * 3);  // F, I and W of 3 micro-batches on 2 ranks
 }
 
+TEST(PipelineSchedule, MeasuredDurationsFromATraceReproduceTheSimulatedStep) {
+  // Uneven costs (the last rank slower, W cheaper than I): the simulated timeline's
+  // trace, read back, gives costs that simulate to the same step and bubble.
+  const auto s = pipeline_schedule(ScheduleKind::kZbH1, 3, 4);
+  auto cost = [](int64_t rank, const Action& a) {
+    const double slow = rank == 2 ? 1.5 : 1.0;
+    switch (a.type) {
+      case ActionType::kForward:
+        return 1.0 * slow;
+      case ActionType::kBackwardInput:
+        return 1.2 * slow;
+      case ActionType::kBackwardWeight:
+        return 0.7 * slow;
+      default:
+        return 0.0;
+    }
+  };
+  const Simulation want = simulate_schedule(s, cost);
+  const auto timelines = timelines_from_trace(chrome_trace(want.timeline));
+  ASSERT_EQ(timelines.size(), 3u);
+  const Simulation got = simulate_schedule(s, measured_costs(timelines));
+  EXPECT_NEAR(got.step_time, want.step_time, 1e-9);
+  EXPECT_NEAR(got.bubble_fraction, want.bubble_fraction, 1e-9);
+  EXPECT_TRUE(std::isnan(measured_costs(timelines)(0, Action{ActionType::kForward, 9, 0})));
+}
+
 TEST(ScheduleCli, PrintsTheGridAndTheBubble) {
   auto r = test::run(test::strata_bin() + " schedule --pp 4 --microbatches 8 --schedule 1f1b");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -308,6 +334,13 @@ TEST(ScheduleCli, PrintsTheGridAndTheBubble) {
   std::ifstream in(trace);
   const auto doc = nlohmann::json::parse(in);
   EXPECT_EQ(doc["traceEvents"].size(), 2u + 2 * 2 * 2) << doc.dump();  // 2 names, F and B
+  // Its durations (a unit drawn as 1 ms) predict the unit step: (m + p - 1) x 3 units.
+  r = test::run(test::strata_bin() + " schedule --pp 2 --microbatches 2 --costs " + trace);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("predicted step 9.00 ms, bubble 33.3%"), std::string::npos) << r.output;
+  test::expect_one_error_line(
+      test::strata_bin() + " schedule --pp 3 --microbatches 3 --costs " + trace,
+      "has no duration for stage 0's 0F2");
   test::expect_one_error_line(test::strata_bin() + " schedule --pp 4 --microbatches 3",
                               "needs at least pp=4 micro-batches per step (got 3)");
   test::expect_one_error_line(test::strata_bin() + " schedule --schedule 1F1B",

@@ -125,7 +125,16 @@ int run_estimate(const EstimateArgs& a) {
     out["fits"] = verdict->fits;
     out["needed_with_margin"] = std::llround(verdict->needed);
   }
-  if (!measured.is_null()) out["compare"] = compare_json(pe, measured);
+  if (!measured.is_null()) {
+    // The run's measurement is rank 0's, the first pipeline stage's (Note [estimated
+    // pipeline stages]): compared with that stage's estimate.
+    PlannedEstimate rank0 = pe;
+    if (pe.input.pp > 1) {
+      rank0.input.stage = 0;
+      rank0.estimate = estimate_memory(rank0.input);
+    }
+    out["compare"] = compare_json(rank0, measured);
+  }
   if (a.json) {
     std::printf("%s\n", out.dump(1).c_str());
   } else {

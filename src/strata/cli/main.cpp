@@ -155,6 +155,8 @@ int main(int argc, char** argv) {
   schedule->add_option("--schedule", sa.schedule, "gpipe, 1f1b, interleaved or zb-h1");
   schedule->add_option("--virtual", sa.chunks, "chunks per rank (interleaved)");
   schedule->add_option("--trace", sa.trace, "also write the step as a Chrome trace-event file");
+  schedule->add_option("--costs", sa.costs,
+                       "a run's trace.json: simulate with its measured action durations");
 
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");

@@ -12,6 +12,9 @@ struct ScheduleArgs {
   std::string schedule = "1f1b";
   int64_t chunks = 1;  // --virtual
   std::string trace;   // a Chrome trace-event file of the simulated step (empty: none)
+  // A run's trace.json: simulate with its measured action durations instead of unit
+  // costs (Note [schedule simulation]), to predict the step the run measured.
+  std::string costs;
 };
 int run_schedule(const ScheduleArgs& args);
 

@@ -61,6 +61,7 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel", "pp_schedule", &p.pp_schedule},
       {"parallel", "pp_virtual", &p.pp_virtual},
       {"parallel", "pp_partition", &p.pp_partition},
+      {"parallel", "pp_profile", &p.pp_profile},
       {"parallel", "timeout_s", &p.timeout_s},
       {"parallel", "bucket_cap_mb", &p.bucket_cap_mb},
       {"parallel", "first_bucket_mb", &p.first_bucket_mb},
@@ -96,6 +97,7 @@ std::vector<Field> config_fields(Config& c) {
       {"logging", "log_interval", &l.log_interval},
       {"logging", "progress", &l.progress},
       {"logging", "memory_timeline_steps", &l.memory_timeline_steps},
+      {"logging", "trace_step", &l.trace_step},
       {"logging", "peak_tflops", &l.peak_tflops},
   };
 }
@@ -368,6 +370,8 @@ void validate_config(const Config& c) {
   STRATA_CHECK(c.logging.memory_timeline_steps >= 0,
                "logging.memory_timeline_steps=", c.logging.memory_timeline_steps,
                " must be >= 0 (0: no memory timeline)");
+  STRATA_CHECK(c.logging.trace_step >= 0, "logging.trace_step=", c.logging.trace_step,
+               " must be >= 0 (0: no trace.json)");
   const auto& me = c.memory;
   check_one_of("memory.precision", me.precision, {"fp32", "bf16", "fp16"});
   check_one_of("memory.recompute", me.recompute, {"none", "full", "every-k", "sqrt", "selective"});

@@ -67,7 +67,8 @@ struct ParallelConfig {
   std::string pp_schedule = "1f1b";
   int64_t pp_virtual = 1;
   std::string pp_partition = "auto";
-  double timeout_s = 60;  // every collective and the rendezvous
+  bool pp_profile = true;  // auto: balance by a profile of this machine (else FLOP counts)
+  double timeout_s = 60;   // every collective and the rendezvous
   // DDP (parallel/data): gradient buckets, unused parameters, buffers, comm hook.
   double bucket_cap_mb = 25;            // bucket size cap in MiB (PyTorch's default)
   double first_bucket_mb = 1;           // the first bucket (last layers) closes early
@@ -118,6 +119,7 @@ struct LoggingConfig {
   int64_t log_interval = 10;          // steps between printed lines when not on a terminal
   std::string progress = "auto";      // auto, on, off: the live one-line display
   int64_t memory_timeline_steps = 2;  // first steps sampled into memory_timeline.jsonl (rank 0)
+  int64_t trace_step = 3;             // step whose schedule goes to trace.json; 0: none
   double peak_tflops = 0;             // for MFU; 0: estimated from the CPU
 };
 

@@ -5,6 +5,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "strata/core/errors.h"
+#include "strata/models/deferred_grad.h"
 
 namespace strata {
 
@@ -55,7 +56,8 @@ at::Tensor ParallelLinear::forward(const at::Tensor& x) {
   // numbers are those of the model before linears were cut: at::linear's fused
   // flatten-and-addmm path rounds differently (~1e-7).
   namespace F = torch::nn::functional;
-  if (tp.size == 1) return F::linear(x, weight, bias);
+  if (tp.size == 1)
+    return defer_weight_grad ? deferrable_linear(x, weight, bias) : F::linear(x, weight, bias);
   STRATA_ASSERT(tp.regions, "a tensor-parallel linear needs the tp regions");
   const bool sp = tp.sequence_parallel;
   // A plain linear under sequence parallelism sees this rank's positions only.

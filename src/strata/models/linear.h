@@ -43,6 +43,9 @@ class ParallelLinear : public torch::nn::Module {
   const TpContext tp;
   const double init_std;
   const int64_t groups;  // column: consecutive output blocks split separately
+  // Zero-bubble schedules: backward may defer the weight gradient (Note [deferred
+  // weight gradients]); tp = 1 only.
+  bool defer_weight_grad = false;
   // Row-parallel with tp > 1: forward leaves the bias out of its partial sum.
   bool bias_after_reduce() const { return kind == LinearKind::kRow && tp.size > 1; }
 };

@@ -1,14 +1,22 @@
 #include "strata/parallel/parallelize.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "strata/core/errors.h"
+#include "strata/core/files.h"
 #include "strata/core/logging.h"
 #include "strata/memory/tracking_allocator.h"
 #include "strata/models/build.h"
+#include "strata/models/linear.h"
 #include "strata/parallel/data/ddp.h"
 #include "strata/parallel/pipeline/partition.h"
 #include "strata/parallel/pipeline/pp_grad_sync.h"
+#include "strata/parallel/pipeline/profile.h"
 #include "strata/parallel/recompute.h"
 #include "strata/parallel/tensor/regions.h"
 #include "strata/parallel/tensor/tp_grad_sync.h"
@@ -88,8 +96,63 @@ RecomputeMode apply_recompute_mode(const Config& cfg) {
   return mode;
 }
 
+// Note [stage profile]: every rank must cut the model the same way, so one set of
+// measured costs serves all: rank 0's cached profile (run_dir/pp_profile.json, for the
+// same shapes, threads and device) broadcast, or else every rank profiles at once and
+// the world averages. Rank 0 caches the result.
+StageCosts agreed_stage_profile(const ModelSpec& spec, Mesh& mesh, const Config& cfg,
+                                at::Device device) {
+  const auto& t = cfg.training;
+  const int64_t micro =
+      t.micro_batch_size > 0
+          ? t.micro_batch_size
+          : std::max<int64_t>(1, t.batch_size / std::max<int64_t>(1, mesh.dims().dp()));
+  const nlohmann::json key = {
+      {"flavour", spec.flavour},          {"d_model", spec.d_model},      {"n_head", spec.n_head},
+      {"seq_len", spec.seq_len},          {"vocab", spec.padded_vocab()}, {"micro_batch", micro},
+      {"threads", at::get_num_threads()}, {"device", device.str()}};
+  const std::string path = cfg.logging.run_dir + "/pp_profile.json";
+  Comm& world = mesh.comm(Axis::kWorld);
+  at::Tensor costs = at::zeros({4}, at::kDouble);  // found, block, first, last
+  if (world.rank() == 0 && std::filesystem::exists(path)) {
+    std::ifstream in(path);
+    const auto cached = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!cached.is_discarded() && cached.value("key", nlohmann::json()) == key) {
+      auto a = costs.accessor<double, 1>();
+      a[0] = 1;
+      a[1] = cached.value("block", 0.0);
+      a[2] = cached.value("first", 0.0);
+      a[3] = cached.value("last", 0.0);
+    }
+  }
+  world.broadcast(costs, 0).wait();
+  const bool cached = costs[0].item<double>() > 0;
+  if (!cached) {
+    const StageCosts mine = profile_stage_costs(spec, micro, device);
+    costs = at::tensor({0.0, mine.block.front(), mine.first, mine.last}, at::kDouble);
+    world.all_reduce(costs).wait();
+    costs.div_(static_cast<double>(world.size()));
+  }
+  auto a = costs.accessor<double, 1>();
+  StageCosts c;
+  c.block.assign(static_cast<size_t>(spec.n_layer), a[1]);
+  c.first = a[2];
+  c.last = a[3];
+  if (world.rank() == 0 && !cached) {
+    std::filesystem::create_directories(cfg.logging.run_dir);
+    write_file_atomic(
+        path,
+        nlohmann::json{{"key", key}, {"block", a[1]}, {"first", a[2]}, {"last", a[3]}}.dump(1));
+  }
+  log_rank0("parallelize pipeline profile: a block ", a[1] * 1e3, " ms, the embedding ", a[2] * 1e3,
+            " ms, the head and loss ", a[3] * 1e3, " ms forward+backward per ", "micro-batch (",
+            cached ? c10::str("cached in ", path) : "measured now", ")");
+  return c;
+}
+
 // This rank's virtual stages: chunk c is stage c*p + rank (Note [schedules are data]).
-std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const Config& cfg) {
+std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const Config& cfg,
+                                       at::Device device, std::vector<int64_t>& blocks_out) {
   const auto& p = cfg.parallel;
   const int64_t pp = mesh.dims().pp(), v = p.pp_virtual, stages = pp * v;
   if (pp == 1 && v == 1) return {StageInfo::whole()};
@@ -102,14 +165,12 @@ std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const 
   STRATA_CHECK(v == 1 || spec.n_layer % stages == 0, "the interleaved schedule with pp=", pp,
                " and pp_virtual=", v, " needs blocks (", spec.n_layer, ") divisible by ", stages,
                "; change pp_virtual or model.n_layer");
-  std::vector<int64_t> blocks;
-  if (p.pp_partition == "uniform")
-    blocks = uniform_partition(spec.n_layer, stages);
-  else if (p.pp_partition == "auto")
-    blocks = v > 1 ? uniform_partition(spec.n_layer, stages)
-                   : balanced_partition(transformer_stage_costs(spec), stages);
-  else
-    blocks = parse_partition(p.pp_partition, spec.n_layer, stages);
+  std::optional<StageCosts> measured;
+  if (p.pp_partition == "auto" && v == 1 && p.pp_profile)
+    measured = agreed_stage_profile(spec, mesh, cfg, device);
+  const std::vector<int64_t> blocks =
+      stage_partition(spec, p.pp_partition, stages, v, measured ? &*measured : nullptr);
+  blocks_out = blocks;
   std::vector<StageInfo> out;
   for (int64_t c = 0; c < v; ++c) {
     const int64_t vs = c * pp + mesh.coord().pp;
@@ -118,29 +179,41 @@ std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const 
     out.push_back({begin, begin + blocks[static_cast<size_t>(vs)], vs == 0, vs == stages - 1});
   }
   log_rank0("parallelize pipeline partition: ", c10::Join(",", blocks), " blocks over ", stages,
-            " stages (", p.pp_partition, "), ", p.pp_schedule, " schedule");
+            " stages (", p.pp_partition,
+            p.pp_partition == "auto" && v == 1 ? (measured ? ": profiled" : ": FLOP counts") : "",
+            "), ", p.pp_schedule, " schedule");
   return out;
 }
 
 // Builds this rank's parts from the seed and applies recompute over their blocks.
 std::vector<std::shared_ptr<Model>> apply_pipeline_stage(const ModelSpec& spec, Mesh& mesh,
                                                          const Config& cfg, TpContext tp,
-                                                         RecomputeMode mode, at::Device device) {
+                                                         RecomputeMode mode, at::Device device,
+                                                         std::vector<int64_t>& stage_blocks) {
   const int64_t pp = mesh.dims().pp();
   if (pp > 1) {
     const auto& p = cfg.parallel;
     STRATA_CHECK(tp.size == 1, "parallel.pp=", pp, " with tp=", tp.size, ": tensor and ",
                  "pipeline parallelism together are not supported yet; use one of them");
-    STRATA_CHECK(p.zero == 0, "parallel.zero=", p.zero, " with pp=", pp, ": ZeRO over the ",
-                 "dp axis of a pipeline is not supported yet; use parallel.zero=0 (DDP)");
+    STRATA_CHECK(p.zero <= 2, "parallel.zero=3 with pp=", pp, ": ZeRO-3 gathers and frees ",
+                 "each block around one forward and backward, and a pipeline interleaves ",
+                 "several micro-batches' passes; use parallel.zero=1 or 2");
+    STRATA_CHECK(p.zero == 0 || p.pp_virtual == 1, "parallel.zero=", p.zero,
+                 " with pp_virtual=", p.pp_virtual, ": ZeRO shards one model part per rank; ",
+                 "use pp_virtual=1 or parallel.zero=0");
     STRATA_CHECK(p.pp_virtual == 1 || mesh.dims().dp() == 1, "parallel.pp_virtual=", p.pp_virtual,
                  " with dp=", mesh.dims().dp(), ": data parallelism over ",
                  "several chunks per rank is not supported yet; use dp=1 or pp_virtual=1");
-    STRATA_CHECK(p.pp_schedule != "zb-h1", "parallel.pp_schedule=zb-h1: the executor does ",
-                 "not run its split backward yet (strata schedule shows it); use 1f1b");
+    STRATA_CHECK(p.pp_schedule != "zb-h1" || mesh.dims().dp() == 1,
+                 "parallel.pp_schedule=zb-h1 with dp=", mesh.dims().dp(),
+                 ": its deferred weight gradients are accumulated after backward, where data ",
+                 "parallelism's gradient hooks do not see them; use dp=1 or pp_schedule=1f1b");
+    STRATA_CHECK(p.pp_schedule != "zb-h1" || p.zero == 0, "parallel.pp_schedule=zb-h1 with ",
+                 "parallel.zero=", p.zero, ": ZeRO reduces each gradient when backward reaches ",
+                 "it, before zb-h1's deferred weight step; use parallel.zero=0 or 1f1b");
   }
   std::vector<std::shared_ptr<Model>> parts;
-  for (const StageInfo& stage : pipeline_stages(spec, mesh, cfg)) {
+  for (const StageInfo& stage : pipeline_stages(spec, mesh, cfg, device, stage_blocks)) {
     // Every rank draws the same initial weights (Note [layer init]); dropout then gets
     // a per-rank stream (the trainer reseeds).
     at::manual_seed(static_cast<uint64_t>(cfg.training.seed));
@@ -151,6 +224,10 @@ std::vector<std::shared_ptr<Model>> apply_pipeline_stage(const ModelSpec& spec, 
       part->to(device);
     }
     apply_recompute(*part, mode, cfg.memory.recompute_k);
+    if (cfg.parallel.pp_schedule == "zb-h1")  // Note [deferred weight gradients]
+      for (const auto& m : part->modules())
+        if (auto linear = std::dynamic_pointer_cast<ParallelLinear>(m))
+          linear->defer_weight_grad = true;
     log_rank0("parallelize pipeline stage: pp=", pp, ", ", stage.to_string(spec.n_layer), ", ",
               part->segments().size(), " segment(s)");
     parts.push_back(part);
@@ -185,7 +262,7 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
                 p.offload ? " (offload still moves the optimizer state to host memory)" : "");
     // ZeRO broadcasts and checks like DDP, then shards; the optimizer is its own.
     ZeroOptions opts = zero_options_from(cfg);
-    if (mesh.dims().tp() > 1)
+    if (mesh.dims().tp() > 1 || mesh.dims().pp() > 1)
       for (const NamedParam& np : pm.params) opts.tp_params.emplace(np.name, np);
     auto z = std::make_unique<ZeroDataParallel>(pm.parts[0], dp, std::move(opts));
     zero = z.get();
@@ -201,9 +278,13 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
     pm.grad_sync = std::make_unique<TensorParallelGradSync>(
         std::move(pm.grad_sync), zero ? std::vector<NamedParam>{} : pm.params,
         mesh.comm(Axis::kTp));
-  if (mesh.dims().pp() > 1)
-    pm.grad_sync = std::make_unique<PipelineGradSync>(std::move(pm.grad_sync), pm.params,
-                                                      mesh.comm(Axis::kPp), pm.parts);
+  if (mesh.dims().pp() > 1) {
+    auto pipeline = std::make_unique<PipelineGradSync>(std::move(pm.grad_sync),
+                                                       zero ? std::vector<NamedParam>{} : pm.params,
+                                                       mesh.comm(Axis::kPp), pm.parts);
+    if (zero) zero->defer_root_reduce(pipeline->take_exchange());
+    pm.grad_sync = std::move(pipeline);
+  }
   log_rank0("parallelize data parallel: ", pm.grad_sync->describe());
   return zero;
 }
@@ -234,7 +315,7 @@ ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, 
   ParallelModel pm;
   const TpContext tp = apply_tensor_parallel(spec, mesh, cfg);
   const RecomputeMode mode = apply_recompute_mode(cfg);
-  pm.parts = apply_pipeline_stage(spec, mesh, cfg, tp, mode, device);
+  pm.parts = apply_pipeline_stage(spec, mesh, cfg, tp, mode, device, pm.stage_blocks);
   apply_precision(pm, cfg, device);
   // Frozen parameters (requires_grad false, e.g. BERT's pooler under the MLM loss) get
   // no gradient buffer, no optimizer state and no all-reduce; they are still saved.

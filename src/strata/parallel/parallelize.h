@@ -25,7 +25,8 @@ struct ParallelModel {
   std::unique_ptr<GradSync> grad_sync;  // declared before the optimizer, which may use it
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Stateful> model_state;
-  int64_t num_parameters() const;  // this rank's parts
+  std::vector<int64_t> stage_blocks;  // a pipeline's blocks per virtual stage (empty: none)
+  int64_t num_parameters() const;     // this rank's parts
 };
 
 // Note [parallelize order]: builds and wraps the model for this rank in a fixed order,

@@ -8,6 +8,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/memory/multi_tensor.h"
+#include "strata/parallel/pipeline/schedule.h"
 
 namespace strata {
 
@@ -47,8 +48,10 @@ ParameterCount count_parameters(const ModelSpec& s, int64_t tp) {
       c.per_block = transformer_block(d, tp);
       // Vocab-parallel embedding and head (Note [vocab padding]); positions and ln_f whole.
       const int64_t v = s.padded_vocab(tp) / tp;
-      c.outside_blocks = v * d + s.seq_len * d + layer_norm(d) +
-                         (s.tied_embedding ? 0 : linear(d, v, /*bias=*/false));
+      c.first_stage = v * d + s.seq_len * d;
+      c.last_stage = layer_norm(d) + (s.tied_embedding ? 0 : linear(d, v, /*bias=*/false));
+      c.tied_copy = s.tied_embedding ? v * d : 0;
+      c.outside_blocks = c.first_stage + c.last_stage;
       c.total = c.outside_blocks + s.n_layer * c.per_block;
       c.trainable = c.total;
       break;
@@ -59,8 +62,10 @@ ParameterCount count_parameters(const ModelSpec& s, int64_t tp) {
       // Vocab-parallel word embedding and MLM bias; everything else whole on each rank.
       const int64_t pooler = linear(d, d);
       const int64_t v = s.padded_vocab(tp) / tp;
-      c.outside_blocks = (v + s.seq_len + s.type_vocab) * d + layer_norm(d) + pooler +
-                         linear(d, d) + layer_norm(d) + v;
+      c.first_stage = (v + s.seq_len + s.type_vocab) * d + layer_norm(d);
+      c.last_stage = pooler + linear(d, d) + layer_norm(d) + v;
+      c.tied_copy = v * d;
+      c.outside_blocks = c.first_stage + c.last_stage;
       c.total = c.outside_blocks + s.n_layer * c.per_block;
       c.trainable = c.total - pooler;  // frozen: next-sentence prediction is not trained
       break;
@@ -199,6 +204,19 @@ double largest_tensor(const ModelSpec& s) {
 }  // namespace
 
 MemoryEstimate estimate_memory(const EstimateInput& in) {
+  if (in.pp > 1 && in.stage < 0) {
+    // Note [estimated pipeline stages]: every stage differs (the embeddings on the
+    // first, the head on the last, its own blocks and micro-batches in flight); the
+    // estimate is the stage that peaks highest.
+    MemoryEstimate best;
+    for (int64_t s = 0; s < in.pp; ++s) {
+      EstimateInput one = in;
+      one.stage = s;
+      MemoryEstimate e = estimate_memory(one);
+      if (s == 0 || e.peak.total() > best.peak.total()) best = std::move(e);
+    }
+    return best;
+  }
   const ModelSpec& spec = in.spec;
   STRATA_CHECK(in.micro_batch >= 1 && in.micro_batches >= 1, "micro_batch=", in.micro_batch,
                " and micro_batches=", in.micro_batches, " must be at least 1");
@@ -219,12 +237,27 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       1, spec.family == Family::kResNet
              ? std::accumulate(spec.resnet_layers.begin(), spec.resnet_layers.end(), int64_t{0})
              : spec.n_layer);
-  const int64_t stage_layers = (layers + in.pp - 1) / in.pp;
+  // Note [estimated pipeline stages]: pp rank s holds virtual stages s, s+p, ...
+  const int64_t stage = std::max<int64_t>(in.stage, 0);
+  e.stage = stage;
+  const bool first_stage = stage == 0, last_stage = stage == in.pp - 1;
+  int64_t stage_layers = (layers + in.pp - 1) / in.pp;
+  if (in.pp > 1 && !in.stage_blocks.empty()) {
+    stage_layers = 0;
+    for (size_t vs = static_cast<size_t>(stage); vs < in.stage_blocks.size();
+         vs += static_cast<size_t>(in.pp))
+      stage_layers += in.stage_blocks[vs];
+  }
   const double blocks_params = static_cast<double>(rc.total - rc.outside_blocks);
+  // This stage's share of what lies outside the blocks (all of it without a pipeline).
+  const double outside = in.pp == 1
+                             ? static_cast<double>(rc.outside_blocks)
+                             : static_cast<double>((first_stage ? rc.first_stage : 0) +
+                                                   (last_stage ? rc.last_stage + rc.tied_copy : 0));
   double rank_total =
-      static_cast<double>(rc.outside_blocks) +
-      blocks_params * static_cast<double>(stage_layers) / static_cast<double>(layers);
-  const double frozen = static_cast<double>(rc.total - rc.trainable);
+      outside + blocks_params * static_cast<double>(stage_layers) / static_cast<double>(layers);
+  // Frozen parameters (BERT's pooler) sit with the head.
+  const double frozen = in.pp == 1 || last_stage ? static_cast<double>(rc.total - rc.trainable) : 0;
   const auto rank_params = static_cast<int64_t>(std::llround(rank_total));
   const auto rank_trainable = static_cast<int64_t>(std::llround(rank_total - frozen));
   e.states = model_state_bytes(
@@ -252,12 +285,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     const double dp = static_cast<double>(in.dp);
     auto padded = [&](double n) { return std::ceil(n / dp) * dp; };
     zu.block = padded(static_cast<double>(rc.per_block)) * static_cast<double>(p_bytes);
-    zu.root =
-        padded(static_cast<double>(rc.outside_blocks) - frozen) * static_cast<double>(p_bytes);
+    zu.root = padded(outside - frozen) * static_cast<double>(p_bytes);
     const double embedding = static_cast<double>(spec.padded_vocab(in.tp) / in.tp * spec.d_model);
-    zu.root_grads =
-        (static_cast<double>(rc.outside_blocks) - frozen - (am.tied_gradient > 0 ? embedding : 0)) *
-        static_cast<double>(p_bytes);
+    zu.root_grads = std::max(0.0, outside - frozen - (am.tied_gradient > 0 ? embedding : 0)) *
+                    static_cast<double>(p_bytes);
     zu.largest_group = std::max(zu.block, zu.root);
     zu.second_group = zu.root >= zu.block ? (spec.n_layer > 0 ? zu.block : 0.0)
                                           : (spec.n_layer > 1 ? zu.block : zu.root);
@@ -276,7 +307,14 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // the next block's reduction is launched; the root is reduced last.
   const double staging = in.nccl ? 1.0 : 2.0;
   const double prefetch = in.zero_prefetch ? staging : 0.0;
-  const double pipe_comm = in.pp > 1 ? 2 * am.blocks.front().in : 0.0;  // send + receive
+  // The executor's messages are activations (Note [pipeline executor]): a received
+  // gradient (one at a time, on all but the last stage) is counted in backward, a
+  // received input is the first block's saved input, and the output a stage sends is
+  // held with its micro-batch until the gradient comes back.
+  const double pipe_comm = 0;
+  const double grad_recv = in.pp > 1 && !last_stage ? am.blocks.back().out : 0.0;
+  const double sent_output =
+      in.pp > 1 && !last_stage && !am.block_keeps_output ? am.blocks.back().out : 0.0;
   // Stage 3: block i gathered and block `next` prefetched (in flight).
   auto gathered = [&](int64_t i, int64_t next) {
     const auto n = static_cast<int64_t>(am.blocks.size());
@@ -311,7 +349,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
   // One pipeline stage's step (without a pipeline, the one stage is first and
   // last): `in_flight` micro-batches' activations are held at once.
-  auto replay = [&](bool first, bool last, int64_t in_flight, double& per_micro) {
+  auto replay = [&](bool first, bool last, double in_flight, double& per_micro) {
     StepReplay r;
     r.level[kParams] = e.states.parameters;
     r.level[kGrads] = e.states.gradients;
@@ -321,7 +359,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     const int64_t micro_steps = std::min<int64_t>(in.micro_batches, 2);  // later ones repeat
     for (int64_t m = 0; m < micro_steps; ++m) {
       const std::string mb = c10::str("micro[", m, "]");
-      const double in_flight_before = static_cast<double>(in_flight - 1) * per_micro;
+      const double in_flight_before = (in_flight - 1) * per_micro;
       r.level[kActs] = in_flight_before + am.batch;
       r.level[kComm] = pipe_comm;
       r.mark(mb + ".forward.begin");
@@ -334,7 +372,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
           if (!s.recompute || i + 1 == s.end) r.mark(c10::str("block[", i, "].forward.end"));
         }
       }
+      r.level[kActs] += sent_output;
       per_micro = std::max(per_micro, r.level[kActs] - in_flight_before - am.batch);
+      r.level[kActs] += grad_recv;
       // Stage 3: the blocks are freed; the last one's gather for backward starts.
       if (stage3) r.level[kComm] = pipe_comm + zu.root + staging * am.blocks.back().weights;
       if (last) {
@@ -405,36 +445,25 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     return r.points;
   };
 
-  // Pipeline: stage 0 keeps the activations of every micro-batch it has run
-  // forward and not yet backward, all of them under GPipe and at most pp under
-  // 1F1B (and its interleaved and zero-bubble variants); the last stage runs a
-  // micro-batch's backward right after its forward (1F1B) but holds the head.
-  // The estimate is for whichever of the two peaks higher.
+  // Pipeline: a stage keeps the activations of every micro-batch it has run forward
+  // and not yet backward (or, zb-h1, not yet weight-stepped): as many as its rank's
+  // list holds at once (check_schedule; under GPipe m, under 1F1B p - s). Interleaved
+  // lists count chunk-micro-batches, each 1/v of the rank's blocks.
   double per_micro = 0;
-  e.micro_batches_in_flight =
-      in.pp == 1 ? 1
-                 : (in.schedule == "gpipe" ? in.micro_batches
-                                           : std::min<int64_t>(in.pp, in.micro_batches));
-  e.timeline = replay(true, in.pp == 1, e.micro_batches_in_flight, per_micro);
-  e.activations_per_micro_batch = per_micro;
+  double in_flight = 1;
+  e.micro_batches_in_flight = 1;
   if (in.pp > 1) {
-    auto top = [](const std::vector<EstimatePoint>& t) {
-      double m = 0;
-      for (const auto& p : t) m = std::max(m, p.total());
-      return m;
-    };
-    double last_micro = 0;
-    const int64_t last_in_flight = in.schedule == "gpipe" ? in.micro_batches : 1;
-    auto last = replay(false, true, last_in_flight, last_micro);
-    const bool last_higher = top(last) > top(e.timeline);
-    if (last_higher) {
-      e.timeline = std::move(last);
-      e.activations_per_micro_batch = last_micro;
-      e.micro_batches_in_flight = last_in_flight;
-    }
-    for (auto& p : e.timeline)
-      p.phase = c10::str("stage ", last_higher ? in.pp - 1 : 0, ": ", p.phase);
+    const ScheduleCheck held = check_schedule(
+        pipeline_schedule(parse_schedule_kind(in.schedule), in.pp, in.micro_batches, in.pp_virtual),
+        in.micro_batches, in.pp_virtual);
+    e.micro_batches_in_flight = held.in_flight[static_cast<size_t>(stage)];
+    in_flight = static_cast<double>(e.micro_batches_in_flight) /
+                static_cast<double>(std::max<int64_t>(1, in.pp_virtual));
   }
+  e.timeline = replay(in.pp == 1 || first_stage, in.pp == 1 || last_stage, in_flight, per_micro);
+  e.activations_per_micro_batch = per_micro;
+  if (in.pp > 1)
+    for (auto& p : e.timeline) p.phase = c10::str("stage ", stage, ": ", p.phase);
 
   for (const auto& p : e.timeline) {
     if (p.total() > e.peak.total()) e.peak = p;
@@ -443,8 +472,6 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   }
   if (in.comm_hook != "none" && in.zero == 0 && in.dp > 1)
     e.notes.push_back("comm hook " + in.comm_hook + ": its compressed buffers are not estimated");
-  if (in.pp > 1)
-    e.notes.push_back("pipeline parallel terms are formulas not yet checked against runs");
   if (half && !in.master_weights && spec.family == Family::kResNet)
     e.notes.push_back(
         "ResNet under autocast (master_weights=false): feature maps estimated at 2 bytes, not "

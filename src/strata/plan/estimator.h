@@ -21,6 +21,10 @@ struct ParameterCount {
   int64_t trainable = 0;       // total less frozen parameters (BERT's pooler)
   int64_t per_block = 0;       // the largest block's parameters (a ZeRO-3 unit)
   int64_t outside_blocks = 0;  // embeddings, norms, head: ZeRO's root unit
+  // A pipeline's ends (GPT and BERT): the first stage's share of outside_blocks (the
+  // embeddings), the last stage's (final norm, head; BERT's pooler and MLM head) and
+  // the tied embedding's copy the last stage holds besides (0 when untied).
+  int64_t first_stage = 0, last_stage = 0, tied_copy = 0;
 };
 // Pure: the parameters of the model Strata builds from spec, or of one tp rank's
 // part of it (its slices of the parallel linears and the vocabulary, and the tensors
@@ -62,7 +66,10 @@ struct EstimateInput {
   int64_t recompute_k = 2;
   int64_t dp = 1, tp = 1, pp = 1;
   bool sequence_parallel = false;
-  std::string schedule = "1f1b";  // pipeline: gpipe, 1f1b (interleaved, zero-bubble: 1f1b's)
+  std::string schedule = "1f1b";      // pipeline: gpipe, 1f1b, interleaved, zb-h1
+  int64_t pp_virtual = 1;             // chunks per rank (interleaved)
+  std::vector<int64_t> stage_blocks;  // blocks per virtual stage; empty: ceil(L / pp) each
+  int64_t stage = -1;                 // the pp rank to estimate; -1: the one whose peak is highest
   int64_t zero = 0;
   bool offload = false;
   bool zero_prefetch = true;
@@ -89,6 +96,7 @@ struct MemoryEstimate {
   std::array<double, kNumCategories> category_peak{};  // each category's own maximum
   double activations_per_micro_batch = 0;  // kept at the end of one micro-batch's forward
   int64_t micro_batches_in_flight = 1;     // > 1 only under a pipeline schedule
+  int64_t stage = 0;                       // the pp rank estimated
   double host_bytes = 0;                   // offloaded state (on a GPU run: host memory)
   std::vector<std::string> notes;          // what the estimate assumed
 };

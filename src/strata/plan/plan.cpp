@@ -2,6 +2,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/memory/precision.h"
+#include "strata/parallel/pipeline/partition.h"
 
 namespace strata {
 
@@ -40,6 +41,11 @@ EstimateInput estimate_input(const Config& cfg, const RunPlan& plan) {
   in.dp = plan.dims.dp();
   in.tp = plan.dims.tp();
   in.pp = plan.dims.pp();
+  in.schedule = cfg.parallel.pp_schedule;
+  in.pp_virtual = cfg.parallel.pp_virtual;
+  if (in.pp > 1 || in.pp_virtual > 1)
+    in.stage_blocks =
+        stage_partition(plan.spec, cfg.parallel.pp_partition, in.pp * in.pp_virtual, in.pp_virtual);
   in.sequence_parallel = cfg.parallel.sequence_parallel && in.tp > 1;
   in.zero = cfg.parallel.zero;
   in.offload = cfg.parallel.offload;

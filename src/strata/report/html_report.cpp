@@ -217,6 +217,66 @@ std::string curves_section(const RunRecord& run) {
   return os.str();
 }
 
+// Note [pipeline section]: the measured bubble per step (metrics' "pp") and, from
+// trace.json, a Gantt chart of the traced step: one row per pipeline stage, one bar
+// per compute action coloured by kind and labelled by micro-batch; the gaps are the
+// time a stage waited for its neighbours.
+std::string pipeline_section(const RunRecord& run) {
+  Series bubble{"measured bubble", "#4e79a7", {}, {}};
+  for (const auto& m : run.metrics)
+    if (m.contains("pp")) {
+      bubble.x.push_back(number(m, "step"));
+      bubble.y.push_back(number(m["pp"], "bubble") * 100);
+    }
+  const bool gantt = run.trace.is_object() && run.trace.contains("traceEvents");
+  if (bubble.x.empty() && !gantt) return "";
+  std::ostringstream os;
+  os << "<h2>Pipeline</h2>\n";
+  ChartSpec c;
+  c.x_label = "step";
+  if (!bubble.x.empty()) {
+    c.title = "Bubble: share of the stages' time spent waiting, per step";
+    c.y_label = "%";
+    c.bars = true;
+    os << line_chart(c, {bubble});
+  }
+  if (!gantt) return os.str();
+  const std::vector<std::pair<std::string, std::string>> kinds = {{"forward", "#4e79a7"},
+                                                                  {"backward", "#f28e2b"},
+                                                                  {"backward-input", "#e15759"},
+                                                                  {"backward-weight", "#59a14f"}};
+  std::vector<GanttBar> bars;
+  int64_t rows = 0;
+  for (const auto& e : run.trace["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    GanttBar b;
+    b.row = e.value("tid", int64_t{0});
+    rows = std::max(rows, b.row + 1);
+    b.start = e.value("ts", 0.0) / 1e3;
+    b.end = b.start + e.value("dur", 0.0) / 1e3;
+    const std::string cat = e.value("cat", "");
+    b.color = "#999";
+    for (const auto& [k, color] : kinds)
+      if (k == cat) b.color = color;
+    const auto& args = e.value("args", nlohmann::json::object());
+    b.label = std::to_string(args.value("micro", int64_t{0}));
+    b.title = c10::str(e.value("name", ""), " (", cat, "): ", fixed(b.end - b.start, 2), " ms");
+    bars.push_back(std::move(b));
+  }
+  std::vector<Series> legend;
+  for (const auto& [k, color] : kinds) legend.push_back({k, color, {}, {}});
+  legend.push_back({"waiting (gaps)", "#eee", {}, {}});
+  c.bars = false;
+  c.title = c10::str("Schedule of step ", run.config.logging.trace_step,
+                     " as run (trace.json; bars labelled by micro-batch)");
+  c.x_label = "ms from each stage's step start";
+  c.y_label = "";
+  for (int64_t r = 0; r < rows; ++r) c.rows.push_back(c10::str("stage ", r));
+  c.height = static_cast<int>(70 + 34 * rows);
+  os << gantt_chart(c, bars, legend);
+  return os.str();
+}
+
 std::string summary_cards(const RunRecord& run, const std::optional<PlannedEstimate>& est) {
   std::vector<double> step_ms, tps;
   for (size_t i = 0; i < run.metrics.size(); ++i) {
@@ -266,7 +326,7 @@ std::string render_report(const RunRecord& run, const std::optional<PlannedEstim
      << "</p>\n";
   os << summary_cards(run, est);
   if (!est) os << "<p class=\"warn\">No prediction: " << html_escape(estimate_error) << "</p>\n";
-  os << memory_section(run, est) << curves_section(run);
+  os << memory_section(run, est) << curves_section(run) << pipeline_section(run);
   os << "<h2>Resolved config</h2>\n<pre>" << html_escape(run.config_text) << "</pre>\n";
   os << "<p class=\"hint\">Written by strata report. Self-contained: no scripts and no external "
         "resources.</p>\n</body></html>\n";

@@ -71,6 +71,12 @@ RunRecord read_run(const std::string& dir) {
       r.timeline.push_back(std::move(p));
     }
   }
+  const std::string trace = dir + "/trace.json";
+  if (fs::exists(trace)) {
+    std::ifstream t(trace);
+    r.trace = nlohmann::json::parse(t, nullptr, /*allow_exceptions=*/false);
+    if (r.trace.is_discarded()) r.trace = nullptr;  // torn: the report goes without it
+  }
   return r;
 }
 

@@ -26,6 +26,8 @@ struct RunRecord {
   std::string config_text;
   std::vector<nlohmann::json> metrics;
   std::vector<TimelinePoint> timeline;
+  // trace.json (logging.trace_step's schedule, Chrome trace events); null if absent.
+  nlohmann::json trace;
   // The step record with the highest tracked peak (mem_peak_total).
   const nlohmann::json& peak_step() const;
 };

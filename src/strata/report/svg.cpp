@@ -67,6 +67,8 @@ class Frame {
     return kLeft + (x - x0_) / (x1_ - x0_) * (c_.width - kLeft - kRight);
   }
   double py(double y) const {
+    // Named rows read top down.
+    if (!c_.rows.empty()) y = y1_ - (y - y0_);
     return c_.height - kBottom - (y - y0_) / (y1_ - y0_) * (c_.height - kTop - kBottom);
   }
   void open(std::ostringstream& os) const {
@@ -75,8 +77,12 @@ class Frame {
        << "\" role=\"img\" aria-label=\"" << html_escape(c_.title) << "\">\n";
     os << "<text x=\"" << kLeft << "\" y=\"20\" class=\"title\">" << html_escape(c_.title)
        << "</text>\n";
+    for (size_t i = 0; i < c_.rows.size(); ++i)
+      os << "<text class=\"tick\" x=\"" << kLeft - 6 << "\" y=\""
+         << py(static_cast<double>(i) + 0.5) + 4 << "\" text-anchor=\"end\">"
+         << html_escape(c_.rows[i]) << "</text>\n";
     const double ys = nice_step(y0_, y1_, 5);
-    for (double y = std::ceil(y0_ / ys) * ys; y <= y1_ + 1e-9 * ys; y += ys) {
+    for (double y = std::ceil(y0_ / ys) * ys; c_.rows.empty() && y <= y1_ + 1e-9 * ys; y += ys) {
       os << "<line class=\"grid\" x1=\"" << kLeft << "\" x2=\"" << c_.width - kRight << "\" y1=\""
          << py(y) << "\" y2=\"" << py(y) << "\"/>"
          << "<text class=\"tick\" x=\"" << kLeft - 6 << "\" y=\"" << py(y) + 4
@@ -87,7 +93,7 @@ class Frame {
       os << "<text class=\"tick\" x=\"" << px(x) << "\" y=\"" << c_.height - kBottom + 16
          << "\" text-anchor=\"middle\">" << num(x) << "</text>\n";
     os << "<line class=\"axis\" x1=\"" << kLeft << "\" x2=\"" << c_.width - kRight << "\" y1=\""
-       << py(y0_) << "\" y2=\"" << py(y0_) << "\"/>"
+       << c_.height - kBottom << "\" y2=\"" << c_.height - kBottom << "\"/>"
        << "<line class=\"axis\" x1=\"" << kLeft << "\" x2=\"" << kLeft << "\" y1=\"" << kTop
        << "\" y2=\"" << c_.height - kBottom << "\"/>\n";
     os << "<text class=\"label\" x=\"" << (kLeft + c_.width - kRight) / 2 << "\" y=\""
@@ -217,6 +223,31 @@ std::string stacked_area_chart(const ChartSpec& c, const std::vector<Series>& la
   }
   f.overlays(os);
   std::vector<Series> legend(layers.rbegin(), layers.rend());
+  f.legend(os, legend, kTop + 10);
+  os << "</svg>\n";
+  return os.str();
+}
+
+std::string gantt_chart(const ChartSpec& c, const std::vector<GanttBar>& bars,
+                        const std::vector<Series>& legend) {
+  double x1 = 0;
+  for (const GanttBar& b : bars) x1 = std::max(x1, b.end);
+  const auto rows = static_cast<double>(c.rows.size());
+  Frame f(c, 0, x1 > 0 ? x1 : 1, 0, rows > 0 ? rows : 1);
+  std::ostringstream os;
+  f.open(os);
+  for (const GanttBar& b : bars) {
+    const auto r = static_cast<double>(b.row);
+    // Row r spans [r, r+1), mirrored: py(r) is its top edge. A small margin inside.
+    const double x = f.px(b.start), w = std::max(0.5, f.px(b.end) - f.px(b.start));
+    const double y = f.py(r) + 3, height = f.py(r + 1) - f.py(r) - 6;
+    os << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << height
+       << "\" fill=\"" << b.color << "\"><title>" << html_escape(b.title) << "</title></rect>\n";
+    if (!b.label.empty() && w > 7.0 * static_cast<double>(b.label.size()))
+      os << "<text class=\"tick\" x=\"" << x + w / 2 << "\" y=\"" << y + height / 2 + 4
+         << "\" text-anchor=\"middle\" fill=\"#fff\">" << html_escape(b.label) << "</text>\n";
+  }
+  f.overlays(os);
   f.legend(os, legend, kTop + 10);
   os << "</svg>\n";
   return os.str();

@@ -24,6 +24,7 @@
 #include "strata/parallel/pipeline/executor.h"
 #include "strata/plan/plan.h"
 #include "strata/train/checkpoint.h"
+#include "strata/train/step_trace.h"
 
 namespace strata {
 
@@ -97,11 +98,11 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
   rss_base_ = rss_bytes();  // the runtime, libraries and data, before any model state
   pm_ = parallelize(spec_, *mesh_, cfg_, device_);
   // One stage: F0 B0 F1 B1 ...; a pipeline: this rank's list of its schedule.
-  schedule_ =
-      dims.pp() == 1 && cfg_.parallel.pp_virtual == 1
-          ? single_stage_schedule(accum_)[0]
-          : pipeline_schedule(parse_schedule_kind(cfg_.parallel.pp_schedule), dims.pp(), accum_,
-                              cfg_.parallel.pp_virtual)[static_cast<size_t>(mesh_->coord().pp)];
+  pipeline_ = dims.pp() == 1 && cfg_.parallel.pp_virtual == 1
+                  ? single_stage_schedule(accum_)
+                  : pipeline_schedule(parse_schedule_kind(cfg_.parallel.pp_schedule), dims.pp(),
+                                      accum_, cfg_.parallel.pp_virtual);
+  schedule_ = pipeline_[static_cast<size_t>(mesh_->coord().pp)];
   scaler_ = std::make_unique<LossScaler>(LossScalerOptions{
       pm_.precision == Precision::kFp16, cfg_.memory.loss_scale_init, cfg_.memory.loss_scale_growth,
       cfg_.memory.loss_scale_backoff, cfg_.memory.loss_scale_interval});
@@ -233,6 +234,8 @@ double Trainer::train_step(int64_t step) {
   // micro-steps, so the gradients are the scaled mean.
   StepContext ctx{pm_.parts, *pm_.grad_sync, device_.type(), pm_.compute_dtype,
                   scaler_->scale() / static_cast<double>(accum_)};
+  step_timeline_.clear();
+  ctx.timeline = &step_timeline_;  // Note [step timeline]
   const bool pipeline = mesh_->dims().pp() > 1;
   if (pipeline) {
     ctx.pp = &mesh_->comm(Axis::kPp);
@@ -247,6 +250,8 @@ double Trainer::train_step(int64_t step) {
       batches.push_back(to_device(data_.train->get(sampler_->next(micro_))));
     return batches[static_cast<size_t>(m)];
   });
+  schedule_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   pm_.grad_sync->finalize();
   const auto t1 = std::chrono::steady_clock::now();
   {
@@ -402,6 +407,9 @@ TrainSummary Trainer::run() {
     // report` read it back.
     Config resolved = cfg_;
     resolved.parallel.dp = mesh_->dims().dp();
+    // The partition the run used (auto's may come from a profile of this machine).
+    if (!pm_.stage_blocks.empty())
+      resolved.parallel.pp_partition = c10::Join(",", pm_.stage_blocks);
     write_file_atomic(cfg_.logging.run_dir + "/config.toml", config_toml(resolved));
     log = std::make_unique<MetricsLog>(cfg_.logging.run_dir + "/metrics.jsonl", start_step_ > 0);
     out.metrics_path = log->path();
@@ -432,6 +440,13 @@ TrainSummary Trainer::run() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const MemoryStats mem = memory_stats();
     const CommTotals comm = CommStats::get().take();
+    // After the step's figures: the gather is not part of the step.
+    const StepTimeline timeline_all =
+        gather_step_timeline(mesh_->comm(Axis::kPp), step_timeline_, schedule_ms_ / 1e3);
+    CommStats::get().take();
+    if (log && step + 1 == cfg_.logging.trace_step)
+      write_file_atomic(cfg_.logging.run_dir + "/trace.json",
+                        chrome_trace(timeline_all.ranks).dump());
     out.losses.push_back(loss);
     STRATA_CHECK(std::isfinite(loss) || skipped_, "loss became ", loss, " at step ", step + 1,
                  "; lower training.lr or raise training.warmup_steps");
@@ -459,6 +474,7 @@ TrainSummary Trainer::run() {
         {"mem_peak_total", mem.total_peak},
         {"mem_at_peak", category_json(mem.at_total_peak)},
         {"rss", {{"peak", rss_peak_bytes()}, {"current", rss_bytes()}, {"base", rss_base_}}}};
+    if (mesh_->dims().pp() > 1) rec["pp"] = step_timeline_json(timeline_all, pipeline_);
     if (scaler_->enabled()) {
       rec["loss_scale"] = scaler_->scale();
       rec["skipped"] = skipped_;

@@ -12,6 +12,7 @@
 #include "strata/memory/timeline.h"
 #include "strata/parallel/parallelize.h"
 #include "strata/parallel/pipeline/schedule.h"
+#include "strata/parallel/pipeline/simulate.h"
 #include "strata/train/data/sampler.h"
 #include "strata/train/data/source.h"
 #include "strata/train/metrics.h"
@@ -66,7 +67,8 @@ class Trainer {
   DataSource data_;
   ModelSpec spec_;
   ParallelModel pm_;
-  StageActions schedule_;                               // this rank's actions in a step
+  std::vector<StageActions> pipeline_;  // every pp rank's list (simulated each step)
+  StageActions schedule_;               // this rank's actions in a step
   std::unique_ptr<TimelineBlockHooks> timeline_hooks_;  // rank 0 with a memory timeline
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<SamplerState> sampler_state_;
@@ -77,7 +79,10 @@ class Trainer {
   std::vector<int64_t> inject_inf_steps_;  // STRATA_INJECT_INF, for tests
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
-  int64_t rss_base_ = 0;              // process RSS before the model was built
+  int64_t rss_base_ = 0;  // process RSS before the model was built
+  // Last step: each compute action's start and end on this rank (Note [step timeline]).
+  std::vector<TimedAction> step_timeline_;
+  double schedule_ms_ = 0;            // last step: the executor's span on this rank
   std::array<double, 2> phase_ms_{};  // last step: forward+backward (with DDP sync), clip+optimizer
   nlohmann::json save_stats_;         // the last checkpoint's time and memory
   at::Device device_{at::kCPU};

@@ -2,11 +2,13 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "strata/core/errors.h"
 #include "strata/memory/precision.h"
 #include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
+#include "strata/models/deferred_grad.h"
 
 namespace strata {
 
@@ -27,8 +29,19 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
   const int64_t p = ctx.pp ? ctx.pp->size() : 1, rank = ctx.pp ? ctx.pp->rank() : 0;
   const int64_t last = p * static_cast<int64_t>(ctx.parts.size()) - 1;
   std::map<std::pair<int64_t, int64_t>, InFlight> held;  // (chunk, micro)
-  std::vector<CommWork> sends;                           // waited at the end of the step ...
-  std::vector<at::Tensor> sent;  // ... with what they send kept alive until then
+  // Weight gradients an I left for its W, by (chunk, micro).
+  std::map<std::pair<int64_t, int64_t>, std::vector<DeferredWeightGrad>> deferred;
+  // Sends in flight with what they send. Gloo reports a send complete only when it is
+  // waited, so the schedule says when waiting cannot block: an activation's send is
+  // surely received once its gradient has come back (the receiver ran that
+  // micro-batch's forward and backward first), so it is waited and released there;
+  // gradients' sends, which nothing comes back for, are waited at the step's end.
+  std::map<std::pair<int64_t, int64_t>, std::pair<CommWork, at::Tensor>> activation_sends;
+  std::vector<std::pair<CommWork, at::Tensor>> grad_sends;
+  auto send = [&](at::Tensor t, int64_t to, int tag) {
+    CommWork w = ctx.pp->send(t, to, tag);
+    return std::make_pair(std::move(w), std::move(t));
+  };
   // Note [pipeline executor]: one tag per message.
   auto tag = [&](int64_t micro, int64_t to_stage, bool activation) {
     return static_cast<int>(((micro * (last + 1) + to_stage) * 2) + (activation ? 0 : 1));
@@ -45,7 +58,14 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
     // Compute actions wait for their messages before the clock starts (a no-op where
     // nothing is pending: the first or last virtual stage, one stage).
     if (a.type == ActionType::kForward) f.input_recv.wait();
-    if (a.type == ActionType::kBackward) f.grad_recv.wait();
+    if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardInput) {
+      f.grad_recv.wait();
+      auto sent = activation_sends.find({a.chunk, a.micro});
+      if (sent != activation_sends.end()) {
+        sent->second.first.wait();
+        activation_sends.erase(sent);
+      }
+    }
     const double started = seconds();
     switch (a.type) {
       case ActionType::kRecvActivation:
@@ -72,13 +92,18 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
         break;
       }
       case ActionType::kSendActivation: {
-        sent.push_back(f.output.detach().to(ctx.activation_dtype).contiguous());
-        sends.push_back(ctx.pp->send(sent.back(), peer(vs + 1), tag(a.micro, vs + 1, true)));
+        activation_sends[{a.chunk, a.micro}] =
+            send(f.output.detach().to(ctx.activation_dtype).contiguous(), peer(vs + 1),
+                 tag(a.micro, vs + 1, true));
         break;
       }
-      case ActionType::kBackward: {
+      case ActionType::kBackward:
+      case ActionType::kBackwardInput: {
         ctx.grad_sync.set_sync(a.micro + 1 == micro_batches);
         STRATA_ASSERT(f.output.defined(), "schedule runs ", a.to_string(), " before its forward");
+        // Note [deferred weight gradients]: I leaves the linears' dW for W.
+        std::optional<WeightGradDeferral> defer;
+        if (a.type == ActionType::kBackwardInput) defer.emplace(deferred[{a.chunk, a.micro}]);
         if (vs == last) {
           (f.output * ctx.backward_factor).backward();
           loss_sum += f.output.item<double>();
@@ -94,19 +119,24 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
       case ActionType::kSendGrad: {
         STRATA_ASSERT(f.input.defined() && f.input.grad().defined(), a.to_string(),
                       " has no input gradient to send");
-        sent.push_back(f.input.grad().to(ctx.activation_dtype).contiguous());
-        sends.push_back(ctx.pp->send(sent.back(), peer(vs - 1), tag(a.micro, vs - 1, false)));
+        grad_sends.push_back(send(f.input.grad().to(ctx.activation_dtype).contiguous(),
+                                  peer(vs - 1), tag(a.micro, vs - 1, false)));
         held.erase({a.chunk, a.micro});
         break;
       }
-      case ActionType::kBackwardInput:
-      case ActionType::kBackwardWeight:
-        STRATA_FAIL("the pipeline executor does not run zb-h1's split backward (", a.to_string(),
-                    ") yet; use pp_schedule=1f1b");
+      case ActionType::kBackwardWeight: {
+        auto queued = deferred.find({a.chunk, a.micro});
+        STRATA_ASSERT(queued != deferred.end(), "schedule runs ", a.to_string(),
+                      " before its backward-input");
+        apply_weight_grads(queued->second);
+        deferred.erase(queued);
+        break;
+      }
     }
     if (ctx.timeline) ctx.timeline->push_back({a, started, seconds()});
   }
-  for (CommWork& w : sends) w.wait();
+  for (auto& [key, sent] : activation_sends) sent.first.wait();
+  for (auto& sent : grad_sends) sent.first.wait();
   return loss_sum;
 }
 

@@ -26,12 +26,16 @@ namespace strata {
 // Note [pipeline executor]: with a pipeline (pp set), part c of this rank is virtual
 // stage c·p + rank. Messages go through the pp group's send/recv (c10d; every wait
 // has the collective timeout): a receive is posted at its action and waited by the
-// compute that needs it; a send is waited at the end of the step, so neighbours never
-// wait on each other's sends. Shapes are static (activation_shape, one micro-batch's
-// (B, T, C)), so no shape handshake. Each message's tag names its micro-batch,
+// compute that needs it; a send is never waited before the step's end, so neighbours
+// never wait on each other's sends, except that an activation's send is waited (and
+// its buffer dropped) when its gradient has arrived, when it has surely been
+// received, so the stage's sent outputs are not held m times. Shapes are static (activation_shape,
+// one micro-batch's (B, T, C)), so no shape handshake. Each message's tag names its micro-batch,
 // receiving virtual stage and kind, so no two messages between a pair can be
 // confused. A received activation is a leaf that requires grad; its gradient is what
-// the backward sends back. zb-h1's split backward (I, W) is not run here yet.
+// the backward sends back. zb-h1's split backward: I is the backward with the
+// linears' weight gradients deferred, W applies them (Note [deferred weight
+// gradients]); the model's linears must be marked deferrable.
 struct StepContext {
   std::vector<std::shared_ptr<Model>>& parts;
   GradSync& grad_sync;

@@ -133,4 +133,12 @@ std::vector<int64_t> balanced_partition(const StageCosts& costs, int64_t stages)
   return out;
 }
 
+std::vector<int64_t> stage_partition(const ModelSpec& spec, const std::string& how, int64_t stages,
+                                     int64_t v, const StageCosts* measured) {
+  if (how == "uniform" || (how == "auto" && v > 1)) return uniform_partition(spec.n_layer, stages);
+  if (how == "auto")
+    return balanced_partition(measured ? *measured : transformer_stage_costs(spec), stages);
+  return parse_partition(how, spec.n_layer, stages);
+}
+
 }  // namespace strata

@@ -42,6 +42,14 @@ std::vector<int64_t> parse_partition(const std::string& text, int64_t blocks, in
 // `auto` uses when no profile is taken. Pure; one error line for other families.
 StageCosts transformer_stage_costs(const ModelSpec& spec);
 
+// Blocks per virtual stage (p·v of them) as parallel.pp_partition says: "uniform",
+// "auto" (balanced_partition of transformer_stage_costs; uniform when v > 1, which
+// interleaving requires) or explicit counts (parse_partition). Pure: parallelize
+// builds the stages from it and the estimator sizes them with it.
+// `measured`, when given, replaces the FLOP counts for `auto` (Note [stage profile]).
+std::vector<int64_t> stage_partition(const ModelSpec& spec, const std::string& how, int64_t stages,
+                                     int64_t v, const StageCosts* measured = nullptr);
+
 // The largest stage cost of a partition (stage ends included). Pure.
 double slowest_stage(const StageCosts& costs, const std::vector<int64_t>& partition);
 

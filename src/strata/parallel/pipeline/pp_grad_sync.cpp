@@ -31,6 +31,15 @@ std::string PipelineGradSync::describe() const {
 
 void PipelineGradSync::finalize() {
   inner_->finalize();
+  if (exchange_in_finalize_) exchange_tied();
+}
+
+std::function<void()> PipelineGradSync::take_exchange() {
+  exchange_in_finalize_ = false;
+  return [this] { exchange_tied(); };
+}
+
+void PipelineGradSync::exchange_tied() {
   if (tied_.empty()) return;
   // Tags above the executor's (which count micro-batches and stages).
   constexpr int kTag = 1 << 24;
@@ -50,7 +59,10 @@ void PipelineGradSync::finalize() {
 }
 
 double PipelineGradSync::grad_norm_squared() {
-  at::Tensor t = at::full({1}, strata::grad_norm_squared(params_), at::kDouble);
+  // ZeRO's norm is already summed over dp; DDP's gradients are the same on every dp rank.
+  at::Tensor t = at::full(
+      {1}, params_.empty() ? inner_->grad_norm_squared() : strata::grad_norm_squared(params_),
+      at::kDouble);
   pp_.all_reduce(t).wait();
   return t.item<double>();
 }

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,9 @@ namespace strata {
 //    stay equal, as the one tensor of one process;
 //  - the gradient norm sums every stage's over the pp group, the copy weighing 0
 //    (NamedParam::norm_weight) so the shared tensor counts once.
+// Under ZeRO (params empty: it weighs its own shards) the exchange must come before
+// the dp reduction instead: the inner GradSync runs it (exchange_tied()) in its
+// finalize (Note [pipeline tied gradients under ZeRO]).
 class PipelineGradSync : public WrappedGradSync {
  public:
   PipelineGradSync(std::unique_ptr<GradSync> inner, std::vector<NamedParam> params, Comm& pp,
@@ -23,12 +27,17 @@ class PipelineGradSync : public WrappedGradSync {
   std::string describe() const override;
   void finalize() override;
   double grad_norm_squared() override;
+  // Sums this end's tied gradients with the other end's (a no-op on middle stages).
+  // Once called from outside, finalize() no longer does it itself.
+  std::function<void()> take_exchange();
 
  private:
   std::vector<NamedParam> params_;
   Comm& pp_;
   std::vector<at::Tensor> tied_;  // this end's tied tensors (empty on middle stages)
   int64_t peer_ = -1;             // the other end's pp rank
+  bool exchange_in_finalize_ = true;
+  void exchange_tied();
 };
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <tuple>
 
@@ -144,6 +145,49 @@ nlohmann::json chrome_trace(const std::vector<std::vector<TimedAction>>& timelin
     }
   }
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+std::vector<std::vector<TimedAction>> timelines_from_trace(const nlohmann::json& trace) {
+  std::vector<std::vector<TimedAction>> out;
+  if (!trace.is_object() || !trace.contains("traceEvents")) return out;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    ActionType type;
+    if (cat == "forward")
+      type = ActionType::kForward;
+    else if (cat == "backward")
+      type = ActionType::kBackward;
+    else if (cat == "backward-input")
+      type = ActionType::kBackwardInput;
+    else if (cat == "backward-weight")
+      type = ActionType::kBackwardWeight;
+    else
+      continue;
+    const auto rank = static_cast<size_t>(e.value("tid", int64_t{0}));
+    if (out.size() <= rank) out.resize(rank + 1);
+    const auto args = e.value("args", nlohmann::json::object());
+    const double start = e.value("ts", 0.0) / 1e6;
+    out[rank].push_back({{type, args.value("micro", int64_t{0}), args.value("chunk", int64_t{0})},
+                         start,
+                         start + e.value("dur", 0.0) / 1e6});
+  }
+  for (auto& r : out)
+    std::stable_sort(r.begin(), r.end(),
+                     [](const TimedAction& a, const TimedAction& b) { return a.start < b.start; });
+  return out;
+}
+
+ActionCost measured_costs(const std::vector<std::vector<TimedAction>>& timelines) {
+  auto table = std::make_shared<std::map<std::pair<int64_t, std::string>, double>>();
+  for (size_t r = 0; r < timelines.size(); ++r)
+    for (const TimedAction& t : timelines[r])
+      (*table)[{static_cast<int64_t>(r), t.action.to_string()}] = t.end - t.start;
+  return [table](int64_t rank, const Action& a) {
+    if (!a.is_compute()) return 0.0;
+    auto it = table->find({rank, a.to_string()});
+    return it == table->end() ? std::nan("") : it->second;
+  };
 }
 
 }  // namespace strata

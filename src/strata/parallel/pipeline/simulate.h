@@ -46,4 +46,13 @@ std::string schedule_grid(const Simulation& sim, double unit);
 // backward-input / backward-weight, with its micro-batch and chunk as arguments.
 nlohmann::json chrome_trace(const std::vector<std::vector<TimedAction>>& timelines);
 
+// chrome_trace's inverse: per rank (tid), the compute actions of a trace-event
+// document in seconds, in start order (what `strata schedule --costs` reads from a
+// run's trace.json). Events it did not write are skipped.
+std::vector<std::vector<TimedAction>> timelines_from_trace(const nlohmann::json& trace);
+
+// Each compute action's measured duration (end - start) on its rank; NaN for an action
+// the timelines do not hold, so a caller can name what is missing.
+ActionCost measured_costs(const std::vector<std::vector<TimedAction>>& timelines);
+
 }  // namespace strata

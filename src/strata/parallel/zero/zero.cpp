@@ -285,7 +285,9 @@ void ZeroDataParallel::mark_ready(int64_t i) {
 void ZeroDataParallel::launch_ready_units() {
   const auto n = static_cast<int64_t>(units_.size());
   auto unit_at = [n](int64_t k) { return k < n - 1 ? n - 2 - k : n - 1; };
-  while (next_launch_ < n && units_[static_cast<size_t>(unit_at(next_launch_))]->pending == 0) {
+  // Note [pipeline tied gradients under ZeRO]: a deferred root waits for finalize().
+  const int64_t end = before_root_reduce_ ? n - 1 : n;
+  while (next_launch_ < end && units_[static_cast<size_t>(unit_at(next_launch_))]->pending == 0) {
     launch_reduce(*units_[static_cast<size_t>(unit_at(next_launch_))]);
     if (opts_.stage == 3) release(unit_at(next_launch_));
     ++next_launch_;
@@ -357,6 +359,7 @@ void ZeroDataParallel::finish_backward() {
     launch_ready_units();
     for (int64_t gi : reducing_) complete_reduce(*groups_[static_cast<size_t>(gi)]);
     reducing_.clear();
+    root_due_ = static_cast<bool>(before_root_reduce_);
   }
   // Prefetched units no backward used (a model whose first blocks got no gradient).
   if (opts_.stage == 3)
@@ -486,10 +489,23 @@ ZeroStats ZeroDataParallel::take_stats() {
 // ---- checkpoints ----------------------------------------------------------------
 
 void ZeroDataParallel::finalize() {
-  // Every reduction was waited for in backward's final callback.
+  // Every reduction was waited for in backward's final callback ...
   std::lock_guard<std::recursive_mutex> lock(mu_);
   STRATA_ASSERT(reducing_.empty() && !in_backward_,
                 "ZeRO finalize() while reductions are still in flight");
+  if (!root_due_) return;
+  // ... but a deferred root's (Note [pipeline tied gradients under ZeRO]).
+  root_due_ = false;
+  before_root_reduce_();
+  launch_reduce(*units_.back());
+  for (int64_t gi : reducing_) complete_reduce(*groups_[static_cast<size_t>(gi)]);
+  reducing_.clear();
+}
+
+void ZeroDataParallel::defer_root_reduce(std::function<void()> before) {
+  STRATA_CHECK(opts_.stage <= 2, "ZeRO-", opts_.stage,
+               " cannot defer its root unit's reduction (it releases the unit in backward)");
+  before_root_reduce_ = std::move(before);
 }
 
 nlohmann::json ZeroDataParallel::stats() {

@@ -1,5 +1,6 @@
 #pragma once
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,8 +25,9 @@ struct ZeroOptions {
   bool broadcast_buffers = true;
   bool master_weights = true;  // fp32 masters for half parameters
   AdamWOptions adam;
-  // Under tensor parallelism, by parameter name: each slice's global shape and runs
-  // (checkpoint pieces of the global tensors), its norm weight, and whether this tp
+  // Under tensor or pipeline parallelism, by parameter name: each slice's global shape
+  // and runs (checkpoint pieces of the global tensors), its norm weight (1/tp for what
+  // every tp rank holds whole, 0 for a pipeline stage's tied copy), and whether this
   // rank writes it (NamedParam::shard_saved). Empty: every parameter whole.
   std::unordered_map<std::string, NamedParam> tp_params;
 };
@@ -115,6 +117,15 @@ class ZeroDataParallel : public BlockHooks, public GradSync {
   std::string describe() const override;
   int64_t stage() const { return opts_.stage; }
 
+  // Note [pipeline tied gradients under ZeRO]: a pipeline's first and last stage must
+  // sum their tied embedding's gradients before the dp reduction of the unit holding
+  // it (the root), and cannot do it inside backward: the last stage finishes its last
+  // backward before the first stage's starts. So the root's reduction leaves backward
+  // for finalize(), which runs `before` (the exchange) on the local gradients first;
+  // the blocks still reduce inside backward, overlapped. Stage 2 keeps the root's
+  // full gradients over the micro-steps until then (the other units still shard).
+  void defer_root_reduce(std::function<void()> before);
+
   // BlockHooks (stage 3)
   void pre_forward(int64_t block) override;
   at::Tensor post_forward(int64_t block, at::Tensor out) override;
@@ -150,6 +161,8 @@ class ZeroDataParallel : public BlockHooks, public GradSync {
   std::unique_ptr<ShardedOptimizer> opt_;
 
   std::recursive_mutex mu_;
+  std::function<void()> before_root_reduce_;  // set: the root reduces in finalize()
+  bool root_due_ = false;                     // a deferred root reduction is owed
   bool sync_ = true;
   bool in_backward_ = false;
   bool reduce_by_all_reduce_ = false;  // Note [Gloo reductions]
