@@ -6,6 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "test_util.h"
 
 using namespace strata::test;
@@ -90,6 +93,81 @@ TEST(MultiProcess, PortInUseIsOneClearLine) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(count_lines_with(r.output, "error"), 1) << r.output;
+}
+
+namespace {
+// A bash script that starts a local 2-rank run in `dir`, waits for its first step,
+// prints "LISTEN <hex address:port>" for every listening TCP socket its processes hold
+// (/proc/net/tcp{,6}), runs `then` (with $ports the listening ports in decimal), and
+// waits for the run, printing "exit <status>".
+std::string listeners_script(const std::string& dir, int steps, const std::string& then) {
+  return train_command(dir, "--nproc 2 --training.steps=" + std::to_string(steps) +
+                                " --model.seq_len=32 --checkpoint.save_final=false") +
+         " >" + dir +
+         "/log 2>&1 & run=$!\n"
+         "for i in $(seq 300); do [ -s " +
+         dir +
+         "/metrics.jsonl ] && break; sleep 0.1; done\n"
+         "for pid in $(pgrep -f 'run_dir=" +
+         dir +
+         " '); do ls -l /proc/$pid/fd 2>/dev/null; done |"
+         " sed -n 's/.*socket:\\[\\([0-9]*\\)\\]/\\1/p' | sort -u > " +
+         dir +
+         "/inodes\n"
+         "listeners=$(awk 'FNR>1 && $4==\"0A\" {print $10, $2}' /proc/net/tcp /proc/net/tcp6 |"
+         " while read inode addr; do grep -qx \"$inode\" " +
+         dir +
+         "/inodes && echo $addr; done)\n"
+         "for a in $listeners; do echo \"LISTEN $a\"; done\n"
+         "ports=$(for a in $listeners; do echo $((16#${a##*:})); done)\n" +
+         then + "\nwait $run; echo \"exit $?\"\n";
+}
+
+RunResult run_script(const std::string& dir, const std::string& script) {
+  std::ofstream(dir + "/scan.sh") << script;
+  return run("bash " + dir + "/scan.sh", 120);
+}
+}  // namespace
+
+TEST(MultiProcess, NothingListensBeyondLoopbackInALocalRun) {
+  // Note [store binds the master address]: while a local 2-rank run trains, every
+  // listening TCP socket its processes hold (the rendezvous store, Gloo's) is bound to
+  // 127.0.0.1 (hex 0100007F in /proc/net/tcp) or ::1, not to every interface.
+  const std::string dir = temp_dir("listen");
+  auto r = run_script(dir, listeners_script(dir, 400, "kill $run"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("LISTEN "), std::string::npos) << "no listener found:\n" << r.output;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("LISTEN ", 0) != 0) continue;
+    const std::string addr = line.substr(7, line.find(':') - 7);
+    EXPECT_TRUE(addr == "0100007F" || addr == "00000000000000000000000001000000") << line;
+  }
+}
+
+TEST(MultiProcess, StrangersOnTheStoreAndGlooPortsNeitherCrashNorHangTheRun) {
+  // Connections to every listening port of a training run, one sending 2 KiB of random
+  // bytes and one connecting and staying silent until the run is over: the run
+  // finishes all its steps and exits 0 (bounded by run()'s limit).
+  const std::string dir = temp_dir("strangers");
+  const std::string poke =
+      "python3 - $ports <<'PY' &\n"
+      "import os, socket, sys, time\n"
+      "held = []\n"
+      "for p in sys.argv[1:]:\n"
+      "    g = socket.create_connection(('127.0.0.1', int(p)), timeout=2)\n"
+      "    g.sendall(os.urandom(2048))\n"
+      "    held += [g, socket.create_connection(('127.0.0.1', int(p)), timeout=2)]\n"
+      "print('POKED', len(held) // 2, flush=True)\n"
+      "time.sleep(30)\n"
+      "PY\n"
+      "poker=$!";
+  auto r = run_script(dir, listeners_script(dir, 100, poke) + "kill $poker 2>/dev/null; true\n");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("POKED "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("POKED 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exit 0"), std::string::npos) << r.output;
+  EXPECT_EQ(read_metrics(dir + "/metrics.jsonl").size(), 100u);
 }
 
 TEST(MultiProcess, LauncherReportsExitStatusAndRunsMpiStyleRanks) {

@@ -49,7 +49,9 @@ WorldInfo world_from_env() {
   return w;
 }
 
-int64_t probe_port(const std::string& addr, int64_t port) {
+namespace {
+// A TCP socket bound to addr:port (0: a free port), or one error line naming the fix.
+int bound_socket(const std::string& addr, int64_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -60,6 +62,8 @@ int64_t probe_port(const std::string& addr, int64_t port) {
                "; pass --master-addr with a reachable host or IP");
   int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
   STRATA_CHECK(fd >= 0, "cannot create a socket: ", std::strerror(errno));
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   int err = bind(fd, res->ai_addr, res->ai_addrlen) == 0 ? 0 : errno;
   freeaddrinfo(res);
   if (err) {
@@ -70,6 +74,12 @@ int64_t probe_port(const std::string& addr, int64_t port) {
     STRATA_FAIL("cannot bind ", addr, ":", port, ": ", std::strerror(err),
                 "; check --master-addr names this machine");
   }
+  return fd;
+}
+}  // namespace
+
+int64_t probe_port(const std::string& addr, int64_t port) {
+  const int fd = bound_socket(addr, port);
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
@@ -91,6 +101,15 @@ c10::intrusive_ptr<c10d::Store> create_store(const WorldInfo& info,
   opts.numWorkers = static_cast<size_t>(info.world_size);
   opts.waitWorkers = false;
   opts.timeout = timeout;
+  // Note [store binds the master address]: TCPStore's server listens on every interface
+  // by itself; rank 0 hands it a socket bound to the master address instead (loopback
+  // for a local run), so nothing Strata opens is reachable beyond that interface.
+  if (opts.isServer) {
+    const int fd = bound_socket(info.master_addr, info.master_port);
+    STRATA_CHECK(listen(fd, SOMAXCONN) == 0, "cannot listen on ", info.master_addr, ":",
+                 info.master_port, ": ", std::strerror(errno));
+    opts.masterListenFd = fd;
+  }
   try {
     return c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
   } catch (const std::exception& e) {
