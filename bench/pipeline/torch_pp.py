@@ -1,4 +1,4 @@
-"""PyTorch's side of bench/pipeline: the GPT of bench/tp/torch_tp.py (gpt2-124m shapes,
+"""PyTorch's side of bench/pipeline: bench/ddp/torch_ddp.py's blocks (gpt2-124m shapes,
 untied head, vocabulary padded to 50304 as Strata pads it) cut by hand into
 torch.distributed.pipelining PipelineStages and run by one of its schedules over Gloo:
   - gpipe, 1f1b: one stage per rank (blocks split evenly; the first stage also embeds,
@@ -29,23 +29,7 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleG
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "ddp")]
 from common import reset_rss_peak, rss  # noqa: E402
-from torch_ddp import make_optimizer  # noqa: E402
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.ln2, self.fc, self.out = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        heads = lambda t: t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+from torch_ddp import Block, make_optimizer  # noqa: E402
 
 
 class Stage(nn.Module):

@@ -27,7 +27,7 @@ class Gpt : public Model {
   std::shared_ptr<Dropout> drop;
   torch::nn::LayerNorm ln_f{nullptr};
   std::shared_ptr<ParallelLinear> lm_head;  // only when untied
-  // The last stage's copy of wte when it is tied and the embedding lives elsewhere.
+  // wte when the head is tied to it.
   std::vector<std::string> tied_parameters() const override;
 
  private:

@@ -79,12 +79,11 @@ class Model : public torch::nn::Module {
   // chooses); empty: every block plainly.
   void set_segments(std::vector<BlockSegment> segments, SegmentRunner runner);
   const std::vector<BlockSegment>& segments() const { return segments_; }
-  // Parameters this part holds as copies of ones another stage owns (a tied embedding
-  // on the last stage): their gradients are summed over the stages that hold them and
-  // checkpoints save the owner's.
   // The tensors one embedding and the head share (a tied embedding), by name, whichever
   // stages hold them; a pipeline sums their gradients between the two ends.
   virtual std::vector<std::string> tied_parameters() const { return {}; }
+  // Those this part holds as copies of ones another stage owns (a tied embedding on the
+  // last stage): checkpoints save the owner's.
   std::vector<std::string> tied_copies() const {
     return stage_.last && !stage_.first ? tied_parameters() : std::vector<std::string>{};
   }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "strata/distributed/comm.h"
 #include "strata/memory/category.h"
 #include "strata/memory/tracking_allocator.h"
 
@@ -30,6 +31,15 @@ void LocalGradSync::inject_inf() {
   if (params_.empty()) return;
   at::NoGradGuard no_grad;
   params_[0].param.mutable_grad().view({-1}).narrow(0, 0, 1).fill_(INFINITY);
+}
+
+double WrappedGradSync::norm_squared_summed_over(Comm& axis,
+                                                 const std::vector<NamedParam>& params) {
+  const double own =
+      params.empty() ? inner_->grad_norm_squared() : strata::grad_norm_squared(params);
+  at::Tensor t = at::full({1}, own, at::kDouble);
+  axis.all_reduce(t).wait();
+  return t.item<double>();
 }
 
 }  // namespace strata

@@ -12,6 +12,8 @@
 
 namespace strata {
 
+class Comm;
+
 // Note [GradSync]: how a rank's gradients become the data-parallel average, as one
 // interface that DDP, each ZeRO stage and the local no-op implement. The trainer and
 // the schedules see data parallelism only through it (as Megatron's schedules see it
@@ -62,6 +64,11 @@ class WrappedGradSync : public GradSync {
   void load_state(const PieceReader& in) override { inner_->load_state(in); }
 
  protected:
+  // The squared gradient norm summed over `axis`: this rank's part is params' (each
+  // weighed by its norm_weight), or with no params the inner sync's own (ZeRO weighs
+  // its shards and sums them over dp).
+  double norm_squared_summed_over(Comm& axis, const std::vector<NamedParam>& params);
+
   std::unique_ptr<GradSync> inner_;
 };
 

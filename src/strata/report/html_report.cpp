@@ -8,6 +8,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
+#include "strata/parallel/pipeline/simulate.h"
 #include "strata/report/estimate_json.h"
 #include "strata/report/svg.h"
 
@@ -228,7 +229,8 @@ std::string pipeline_section(const RunRecord& run) {
       bubble.x.push_back(number(m, "step"));
       bubble.y.push_back(number(m["pp"], "bubble") * 100);
     }
-  const bool gantt = run.trace.is_object() && run.trace.contains("traceEvents");
+  const auto timelines = timelines_from_trace(run.trace);
+  const bool gantt = !timelines.empty();
   if (bubble.x.empty() && !gantt) return "";
   std::ostringstream os;
   os << "<h2>Pipeline</h2>\n";
@@ -246,23 +248,21 @@ std::string pipeline_section(const RunRecord& run) {
                                                                   {"backward-input", "#e15759"},
                                                                   {"backward-weight", "#59a14f"}};
   std::vector<GanttBar> bars;
-  int64_t rows = 0;
-  for (const auto& e : run.trace["traceEvents"]) {
-    if (e.value("ph", "") != "X") continue;
-    GanttBar b;
-    b.row = e.value("tid", int64_t{0});
-    rows = std::max(rows, b.row + 1);
-    b.start = e.value("ts", 0.0) / 1e3;
-    b.end = b.start + e.value("dur", 0.0) / 1e3;
-    const std::string cat = e.value("cat", "");
-    b.color = "#999";
-    for (const auto& [k, color] : kinds)
-      if (k == cat) b.color = color;
-    const auto& args = e.value("args", nlohmann::json::object());
-    b.label = std::to_string(args.value("micro", int64_t{0}));
-    b.title = c10::str(e.value("name", ""), " (", cat, "): ", fixed(b.end - b.start, 2), " ms");
-    bars.push_back(std::move(b));
-  }
+  const auto rows = static_cast<int64_t>(timelines.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (const TimedAction& t : timelines[static_cast<size_t>(r)]) {
+      const std::string cat = action_category(t.action.type);
+      GanttBar b;
+      b.row = r;
+      b.start = t.start * 1e3;
+      b.end = t.end * 1e3;
+      b.color = "#999";
+      for (const auto& [k, color] : kinds)
+        if (k == cat) b.color = color;
+      b.label = std::to_string(t.action.micro);
+      b.title = c10::str(t.action.to_string(), " (", cat, "): ", fixed(b.end - b.start, 2), " ms");
+      bars.push_back(std::move(b));
+    }
   std::vector<Series> legend;
   for (const auto& [k, color] : kinds) legend.push_back({k, color, {}, {}});
   legend.push_back({"waiting (gaps)", "#eee", {}, {}});

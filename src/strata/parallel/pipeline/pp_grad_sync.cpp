@@ -60,11 +60,7 @@ void PipelineGradSync::exchange_tied() {
 
 double PipelineGradSync::grad_norm_squared() {
   // ZeRO's norm is already summed over dp; DDP's gradients are the same on every dp rank.
-  at::Tensor t = at::full(
-      {1}, params_.empty() ? inner_->grad_norm_squared() : strata::grad_norm_squared(params_),
-      at::kDouble);
-  pp_.all_reduce(t).wait();
-  return t.item<double>();
+  return norm_squared_summed_over(pp_, params_);
 }
 
 }  // namespace strata

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -120,6 +121,26 @@ std::string schedule_grid(const Simulation& sim, double unit) {
   return out.str();
 }
 
+namespace {
+constexpr ActionType kComputeTypes[] = {ActionType::kForward, ActionType::kBackward,
+                                        ActionType::kBackwardInput, ActionType::kBackwardWeight};
+}  // namespace
+
+const char* action_category(ActionType type) {
+  switch (type) {
+    case ActionType::kForward:
+      return "forward";
+    case ActionType::kBackward:
+      return "backward";
+    case ActionType::kBackwardInput:
+      return "backward-input";
+    case ActionType::kBackwardWeight:
+      return "backward-weight";
+    default:
+      return "communication";
+  }
+}
+
 nlohmann::json chrome_trace(const std::vector<std::vector<TimedAction>>& timelines) {
   nlohmann::json events = nlohmann::json::array();
   for (size_t r = 0; r < timelines.size(); ++r) {
@@ -130,12 +151,8 @@ nlohmann::json chrome_trace(const std::vector<std::vector<TimedAction>>& timelin
                       {"args", {{"name", "stage " + std::to_string(r)}}}});
     for (const TimedAction& t : timelines[r]) {
       if (!t.action.is_compute()) continue;
-      const char* category = t.action.type == ActionType::kForward         ? "forward"
-                             : t.action.type == ActionType::kBackward      ? "backward"
-                             : t.action.type == ActionType::kBackwardInput ? "backward-input"
-                                                                           : "backward-weight";
       events.push_back({{"name", t.action.to_string()},
-                        {"cat", category},
+                        {"cat", action_category(t.action.type)},
                         {"ph", "X"},
                         {"ts", t.start * 1e6},
                         {"dur", (t.end - t.start) * 1e6},
@@ -153,22 +170,14 @@ std::vector<std::vector<TimedAction>> timelines_from_trace(const nlohmann::json&
   for (const auto& e : trace["traceEvents"]) {
     if (e.value("ph", "") != "X") continue;
     const std::string cat = e.value("cat", "");
-    ActionType type;
-    if (cat == "forward")
-      type = ActionType::kForward;
-    else if (cat == "backward")
-      type = ActionType::kBackward;
-    else if (cat == "backward-input")
-      type = ActionType::kBackwardInput;
-    else if (cat == "backward-weight")
-      type = ActionType::kBackwardWeight;
-    else
-      continue;
+    const auto* type = std::find_if(std::begin(kComputeTypes), std::end(kComputeTypes),
+                                    [&](ActionType t) { return cat == action_category(t); });
+    if (type == std::end(kComputeTypes)) continue;
     const auto rank = static_cast<size_t>(e.value("tid", int64_t{0}));
     if (out.size() <= rank) out.resize(rank + 1);
     const auto args = e.value("args", nlohmann::json::object());
     const double start = e.value("ts", 0.0) / 1e6;
-    out[rank].push_back({{type, args.value("micro", int64_t{0}), args.value("chunk", int64_t{0})},
+    out[rank].push_back({{*type, args.value("micro", int64_t{0}), args.value("chunk", int64_t{0})},
                          start,
                          start + e.value("dur", 0.0) / 1e6});
   }

@@ -40,6 +40,10 @@ ActionCost unit_costs(int64_t chunks = 1, double forward = 1, double backward_in
 // (each unit labelled by the action running in it, "." idle), for `strata schedule`.
 std::string schedule_grid(const Simulation& sim, double unit);
 
+// A compute action's kind as traces and charts name it: forward, backward,
+// backward-input, backward-weight (sends and receives: communication).
+const char* action_category(ActionType type);
+
 // A Chrome trace-event document (Perfetto and chrome://tracing open it) of per-rank
 // timelines in seconds: one complete event ("ph": "X") per compute action, a track
 // per rank (tid), named like the grid ("0F3"), categorised forward / backward /

@@ -13,14 +13,8 @@ std::string TensorParallelGradSync::describe() const {
 }
 
 double TensorParallelGradSync::grad_norm_squared() {
-  // The inner sync has made the gradients the dp average; here only the tp sum. With
-  // no parameters given the inner sync's norm is this tp rank's (ZeRO: its weighted
-  // shards, summed over dp).
-  const double own =
-      params_.empty() ? inner_->grad_norm_squared() : strata::grad_norm_squared(params_);
-  at::Tensor t = at::full({1}, own, at::kDouble);
-  tp_.all_reduce(t).wait();
-  return t.item<double>();
+  // The inner sync has made the gradients the dp average; here only the tp sum.
+  return norm_squared_summed_over(tp_, params_);
 }
 
 }  // namespace strata

@@ -350,6 +350,11 @@ void ZeroDataParallel::complete_reduce(Group& g) {
   STRATA_TIMELINE_MARK("zero.reduce.done");
 }
 
+void ZeroDataParallel::complete_reductions() {
+  for (int64_t gi : reducing_) complete_reduce(*groups_[static_cast<size_t>(gi)]);
+  reducing_.clear();
+}
+
 void ZeroDataParallel::finish_backward() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (sync_ || reduces_every_micro_step(opts_.stage)) {
@@ -357,8 +362,7 @@ void ZeroDataParallel::finish_backward() {
     // have (zero, or what earlier micro-steps accumulated at stage 1).
     for (auto& u : units_) u->pending = 0;
     launch_ready_units();
-    for (int64_t gi : reducing_) complete_reduce(*groups_[static_cast<size_t>(gi)]);
-    reducing_.clear();
+    complete_reductions();
     root_due_ = static_cast<bool>(before_root_reduce_);
   }
   // Prefetched units no backward used (a model whose first blocks got no gradient).
@@ -498,8 +502,7 @@ void ZeroDataParallel::finalize() {
   root_due_ = false;
   before_root_reduce_();
   launch_reduce(*units_.back());
-  for (int64_t gi : reducing_) complete_reduce(*groups_[static_cast<size_t>(gi)]);
-  reducing_.clear();
+  complete_reductions();
 }
 
 void ZeroDataParallel::defer_root_reduce(std::function<void()> before) {

@@ -141,6 +141,7 @@ class ZeroDataParallel : public BlockHooks, public GradSync {
   void launch_ready_units();
   void launch_reduce(Unit& u);
   void complete_reduce(Group& g);
+  void complete_reductions();  // every reduction in flight, oldest first
   void finish_backward();
   void start_gather(int64_t unit);
   void ensure_gathered(int64_t unit);
