@@ -27,21 +27,24 @@ std::string self_exe() {
   return ec ? "strata" : p.string();
 }
 
-int run_train(const std::string& config_path, int64_t nproc, const std::vector<std::string>& extras,
-              const std::vector<std::string>& raw_args) {
+int run_train(const std::string& config_path, int64_t nproc, int64_t max_restarts,
+              const std::vector<std::string>& extras, const std::vector<std::string>& raw_args) {
   using namespace strata;
-  if (nproc > 1 && !get_env("STRATA_LAUNCHED")) {
-    // `strata train --nproc N ...` is `strata launch --nproc-per-node N -- strata train ...`.
+  if ((nproc > 1 || max_restarts > 0) && !get_env("STRATA_LAUNCHED")) {
+    // `strata train --nproc N [--max-restarts R] ...` is `strata launch --nproc-per-node N
+    // [--max-restarts R] -- strata train ...`.
     LaunchOptions lo;
     lo.nproc_per_node = nproc;
+    lo.max_restarts = max_restarts;
     lo.master_port = get_env("MASTER_PORT").value_or("auto");
     lo.command = {self_exe(), "train"};
     for (size_t i = 0; i < raw_args.size(); ++i) {
-      if (raw_args[i] == "--nproc") {
+      if (raw_args[i] == "--nproc" || raw_args[i] == "--max-restarts") {
         ++i;
         continue;
       }
-      if (raw_args[i].rfind("--nproc=", 0) == 0) continue;
+      if (raw_args[i].rfind("--nproc=", 0) == 0 || raw_args[i].rfind("--max-restarts=", 0) == 0)
+        continue;
       lo.command.push_back(raw_args[i]);
     }
     return launch(lo);
@@ -113,9 +116,11 @@ int main(int argc, char** argv) {
   auto* train =
       app.add_subcommand("train", "train a model (config overrides: --section.key=value)");
   std::string config_path;
-  int64_t nproc = 1;
+  int64_t nproc = 1, train_restarts = 0;
   train->add_option("-c,--config", config_path, "TOML config file");
   train->add_option("--nproc", nproc, "local processes (shorthand for strata launch)");
+  train->add_option("--max-restarts", train_restarts,
+                    "start every rank again after a failure or hang, up to N times");
   train->allow_extras();
 
   auto* launch_cmd = app.add_subcommand(
@@ -126,6 +131,8 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--node-rank", lo.node_rank, "this node's index");
   launch_cmd->add_option("--master-addr", lo.master_addr, "rendezvous host (rank 0's node)");
   launch_cmd->add_option("--master-port", lo.master_port, "rendezvous port, or auto");
+  launch_cmd->add_option("--max-restarts", lo.max_restarts,
+                         "start every rank again after a failure or hang, up to N times");
   launch_cmd->add_option("cmd", lo.command, "command to run for each rank (after --)");
 
   auto* estimate = app.add_subcommand(
@@ -210,13 +217,18 @@ int main(int argc, char** argv) {
       return user_error(c10::str(c.flag, "=", c.value, " must be at least 1 (", c.what, "), e.g. ",
                                  c.flag, " 2"));
   }
+  for (int64_t r : {train_restarts, lo.max_restarts})
+    if (r < 0)
+      return user_error(c10::str("--max-restarts=", r,
+                                 " must be 0 or more (restarts after a failure), e.g. "
+                                 "--max-restarts 3"));
   if (launch_cmd->parsed() && (lo.node_rank < 0 || lo.node_rank >= lo.nnodes))
     return user_error(c10::str("--node-rank=", lo.node_rank, " must be in [0, --nnodes=", lo.nnodes,
                                "); number the nodes 0 to ", lo.nnodes - 1));
   try {
     if (train->parsed()) {
       std::vector<std::string> targs(raw_args.begin() + 1, raw_args.end());
-      return run_train(config_path, nproc, train->remaining(), targs);
+      return run_train(config_path, nproc, train_restarts, train->remaining(), targs);
     }
     if (launch_cmd->parsed()) return strata::launch(lo);
     if (report->parsed()) return strata::run_report(report_dir, report_out);

@@ -93,6 +93,7 @@ std::vector<Field> config_fields(Config& c) {
       {"checkpoint", "resume", &ck.resume},
       {"checkpoint", "keep", &ck.keep},
       {"checkpoint", "save_final", &ck.save_final},
+      {"checkpoint", "async", &ck.async},
       {"logging", "run_dir", &l.run_dir},
       {"logging", "log_interval", &l.log_interval},
       {"logging", "progress", &l.progress},

@@ -112,6 +112,7 @@ struct CheckpointConfig {
   std::string resume;      // "": fresh start; "latest": newest in dir; or a checkpoint path
   int64_t keep = 2;        // newest checkpoints kept
   bool save_final = true;  // save after the last step
+  bool async = false;      // write in a background thread (Note [async checkpoint])
 };
 
 struct LoggingConfig {

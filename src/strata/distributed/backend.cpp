@@ -9,6 +9,7 @@
 
 #include "strata/core/env.h"
 #include "strata/core/errors.h"
+#include "strata/distributed/rendezvous.h"
 
 namespace strata {
 
@@ -26,10 +27,11 @@ c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::St
   }
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   // Loopback unless the rendezvous address is another host: the interface that
-  // reaches MASTER_ADDR is the one peers can reach us on.
-  std::string host =
-      get_env("STRATA_GLOO_HOST")
-          .value_or(get_env("MASTER_ADDR").value_or("127.0.0.1") == "127.0.0.1" ? "127.0.0.1" : "");
+  // reaches MASTER_ADDR is the one peers can reach us on (not whatever the host name
+  // resolves to, which in a container or network namespace may be no interface at all).
+  const std::string master = get_env("MASTER_ADDR").value_or("127.0.0.1");
+  std::string host = get_env("STRATA_GLOO_HOST")
+                         .value_or(master == "127.0.0.1" ? master : local_address_toward(master));
   opts->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                                        : c10d::ProcessGroupGloo::createDeviceForHostname(host));
   opts->threads = 2;

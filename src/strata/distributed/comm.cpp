@@ -5,6 +5,7 @@
 #include "strata/core/env.h"
 #include "strata/core/errors.h"
 #include "strata/core/logging.h"
+#include "strata/distributed/heartbeat.h"
 
 namespace strata {
 
@@ -40,13 +41,16 @@ int64_t nbytes(const at::Tensor& t) {
 }  // namespace
 
 CommWork::CommWork(c10::intrusive_ptr<c10d::Work> work, std::string op, std::string axis,
-                   int64_t rank, int64_t bytes, std::chrono::milliseconds timeout)
+                   int64_t rank, int64_t bytes, std::chrono::milliseconds timeout, int64_t seq,
+                   std::string group)
     : work_(std::move(work)),
       op_(std::move(op)),
       axis_(std::move(axis)),
       rank_(rank),
       bytes_(bytes),
       timeout_(timeout),
+      seq_(seq),
+      group_(std::move(group)),
       start_(std::chrono::steady_clock::now()) {}
 
 void CommWork::wait() {
@@ -57,12 +61,14 @@ void CommWork::wait() {
         .count();
   };
   try {
+    heartbeat::Waiting waiting(op_, axis_, seq_, group_);
     work->wait(timeout_);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
-    throw CommError(c10::str(op_, " on axis ", axis_, " (", bytes_, " bytes) failed on rank ",
-                             rank_, " after ", static_cast<int64_t>(elapsed()), " ms (timeout ",
+    throw CommError(c10::str(op_, " #", seq_, " on axis ", axis_, " (ranks ", group_, "; ", bytes_,
+                             " bytes) failed on ", axis_, " rank ", rank_, " after ",
+                             static_cast<int64_t>(elapsed()), " ms (timeout ",
                              timeout_.count() / 1000.0, " s): ", msg,
                              "; another rank probably exited or hung, see its output"));
   }
@@ -105,10 +111,11 @@ Comm::Comm(c10::intrusive_ptr<c10d::Backend> pg, std::string axis, int64_t rank,
       rank_(rank),
       size_(size),
       global_ranks_(std::move(global_ranks)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      group_(c10::Join(",", global_ranks_)) {}
 
 CommWork Comm::wrap(c10::intrusive_ptr<c10d::Work> w, const char* op, int64_t bytes) {
-  return CommWork(std::move(w), op, axis_, rank_, bytes, timeout_);
+  return CommWork(std::move(w), op, axis_, rank_, bytes, timeout_, ++seq_, group_);
 }
 
 CommWork Comm::all_reduce(at::Tensor& t, c10d::ReduceOp op) {

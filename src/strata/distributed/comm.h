@@ -48,7 +48,8 @@ class CommWork {
  public:
   CommWork() = default;  // already complete (a group of one)
   CommWork(c10::intrusive_ptr<c10d::Work> work, std::string op, std::string axis, int64_t rank,
-           int64_t bytes, std::chrono::milliseconds timeout);
+           int64_t bytes, std::chrono::milliseconds timeout, int64_t seq = 0,
+           std::string group = "");
   void wait();
   bool done() const { return !work_; }
   // Records the moment the backend finishes the collective (from its own thread), so
@@ -63,6 +64,8 @@ class CommWork {
   std::string op_, axis_;
   int64_t rank_ = 0, bytes_ = 0;
   std::chrono::milliseconds timeout_{0};
+  int64_t seq_ = 0;    // its number among this axis's collectives (Note [heartbeat])
+  std::string group_;  // the group's global ranks, "0,1,2,3", for the error line
   std::chrono::steady_clock::time_point start_, end_;
   std::shared_ptr<std::atomic<int64_t>> done_ns_;
 };
@@ -107,6 +110,8 @@ class Comm {
   int64_t rank_ = 0, size_ = 1;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_{60000};
+  int64_t seq_ = 0;    // collectives issued on this group
+  std::string group_;  // global ranks of the members, "0,2"
 };
 
 }  // namespace strata

@@ -23,6 +23,8 @@ class Mesh {
   int64_t world_size() const { return dims_.world(); }
   Comm& comm(Axis axis) { return comms_[static_cast<size_t>(axis)]; }
   Coord coord() const { return dims_.coord_of(rank_); }
+  // The rendezvous store (thread-safe): a channel that is not a collective.
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
  private:
   ParallelDims dims_;

@@ -78,6 +78,31 @@ int bound_socket(const std::string& addr, int64_t port) {
 }
 }  // namespace
 
+std::string local_address_toward(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(addr.c_str(), "9", &hints, &res) != 0 || !res) return "";
+  std::string out;
+  const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      const void* a =
+          ss.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+      if (inet_ntop(ss.ss_family, a, buf, sizeof(buf))) out = buf;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
 int64_t probe_port(const std::string& addr, int64_t port) {
   const int fd = bound_socket(addr, port);
   sockaddr_storage ss{};

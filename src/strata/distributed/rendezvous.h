@@ -27,6 +27,11 @@ WorldInfo world_from_env();
 c10::intrusive_ptr<c10d::Store> create_store(const WorldInfo& info,
                                              std::chrono::milliseconds timeout);
 
+// This machine's address on the interface that routes to `addr` (a UDP socket's
+// source address after connect; nothing is sent), "" if there is no route. Gloo binds
+// it, so peers reach each rank where the master address does, and nothing else.
+std::string local_address_toward(const std::string& addr);
+
 // Binds a TCP socket to addr:port (port 0: any free port) and returns the port;
 // a port in use is a user error. The socket is closed again.
 int64_t probe_port(const std::string& addr, int64_t port);

@@ -270,7 +270,9 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
   } else if (dp.size() > 1) {
     // DDP broadcasts rank 0's weights, checks that every rank built the same model,
     // and makes the gradients views into its buckets (they are tagged kGradients).
-    pm.grad_sync = std::make_unique<DistributedDataParallel>(pm.parts[0], dp, ddp_options_from(p));
+    DdpOptions opts = ddp_options_from(p);
+    opts.writes_state = mesh.coord().dp == 0 && mesh.coord().tp == 0;
+    pm.grad_sync = std::make_unique<DistributedDataParallel>(pm.parts[0], dp, std::move(opts));
   } else {
     pm.grad_sync = std::make_unique<LocalGradSync>(pm.params);
   }

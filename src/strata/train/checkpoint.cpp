@@ -47,13 +47,16 @@ void fsync_path(const std::string& path) {
 
 }  // namespace
 
-void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorPiece>& pieces) {
+void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorPiece>& pieces,
+                 const std::function<void(size_t)>& on_piece) {
   fs::create_directories(dir);
   const std::string base = dir + "/shard-" + std::to_string(rank);
   AtomicFileWriter bin(base + ".bin", "; make checkpoint.dir writable");
   nlohmann::json index = nlohmann::json::array();
   int64_t at_byte = 0;
-  for (const auto& p : pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const TensorPiece& p = pieces[i];
+    if (on_piece) on_piece(i);
     // One piece's contiguous host copy at a time (Note [checkpoint layout]).
     at::Tensor t = p.tensor.detach().to(at::kCPU).contiguous();
     const size_t n = t.numel() * t.element_size();

@@ -1,6 +1,7 @@
 #pragma once
 #include <ATen/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,8 +24,10 @@ namespace strata {
 // rank is done, so a crash never leaves a half-written checkpoint under a real name.
 std::string checkpoint_dir_name(int64_t step);
 
-// Writes this rank's pieces into dir (the .tmp directory).
-void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorPiece>& pieces);
+// Writes this rank's pieces into dir (the .tmp directory); on_piece(i) runs before
+// piece i is written (progress for the heartbeat, a fault for the tests).
+void write_shard(const std::string& dir, int64_t rank, const std::vector<TensorPiece>& pieces,
+                 const std::function<void(size_t)>& on_piece = {});
 // Rank 0, after every shard is written: meta.json, rename dir.tmp -> dir, update
 // <root>/latest, and delete all but the newest `keep` checkpoints.
 void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::json& meta,

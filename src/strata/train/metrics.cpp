@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "strata/core/errors.h"
+#include "strata/core/files.h"
 
 namespace strata {
 
@@ -37,8 +39,17 @@ CategoryBytes category_bytes(const nlohmann::json& j) {
   return b;
 }
 
-MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
-  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(path) {
+  if (resume_step > 0) {
+    std::ifstream in(path);
+    std::string kept;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.value("step", int64_t{0}) <= resume_step) kept += line + "\n";
+    }
+    write_file_atomic(path, kept);
+  }
+  f_ = std::fopen(path.c_str(), resume_step > 0 ? "a" : "w");
   STRATA_CHECK(f_, "cannot write metrics to ", path, "; choose a writable logging.run_dir");
 }
 

@@ -30,9 +30,12 @@ CategoryBytes category_bytes(const nlohmann::json& j);
 nlohmann::json comm_axes_json(const CommTotals& totals);
 
 // One JSON object per line, flushed each step so a crashed run keeps its history.
+// A run resumed at step S keeps the records of steps 1..S and drops later ones (the
+// steps a failed run did after its checkpoint are run again), so every step appears
+// once; a fresh run (S = 0) starts the file.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append);
+  MetricsLog(const std::string& path, int64_t resume_step);
   ~MetricsLog();
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }

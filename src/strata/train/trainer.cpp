@@ -14,9 +14,11 @@
 #include <sstream>
 #include <thread>
 
+#include "strata/core/env.h"
 #include "strata/core/errors.h"
 #include "strata/core/logging.h"
 #include "strata/core/stop_signal.h"
+#include "strata/distributed/heartbeat.h"
 #include "strata/memory/device_stats.h"
 #include "strata/memory/process_memory.h"
 #include "strata/memory/timeline.h"
@@ -24,6 +26,7 @@
 #include "strata/parallel/pipeline/executor.h"
 #include "strata/plan/plan.h"
 #include "strata/train/checkpoint.h"
+#include "strata/train/faults.h"
 #include "strata/train/step_trace.h"
 
 namespace strata {
@@ -35,24 +38,6 @@ namespace {
 // FLOPs); at ~2.5 GHz that is 80 GFLOP/s a thread. Used for MFU unless
 // logging.peak_tflops names the device's real peak.
 constexpr double kCpuFlopsPerThread = 2.5e9 * 32;
-
-// Note [injected overflow]: STRATA_INJECT_INF="RANK:STEP[,STEP...]" puts an inf into
-// one gradient element on that rank after backward (after DDP's all-reduce, so no
-// other rank sees it) at those 1-based steps. Tests use it to check that every rank
-// skips the step and the loss scale backs off.
-std::vector<int64_t> inject_inf_steps(int64_t rank) {
-  const char* v = std::getenv("STRATA_INJECT_INF");
-  if (!v || !*v) return {};
-  std::string spec(v);
-  const auto colon = spec.find(':');
-  STRATA_CHECK(colon != std::string::npos, "STRATA_INJECT_INF=", spec,
-               " must be RANK:STEP[,STEP...], e.g. 1:5,6");
-  if (std::stoll(spec.substr(0, colon)) != rank) return {};
-  std::vector<int64_t> steps;
-  std::stringstream ss(spec.substr(colon + 1));
-  for (std::string item; std::getline(ss, item, ',');) steps.push_back(std::stoll(item));
-  return steps;
-}
 
 }  // namespace
 
@@ -130,7 +115,28 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
     for (const auto& path : remove_unfinished_checkpoints(ckpt_root_))
       log_rank0("removed ", path,
                 ": an unfinished checkpoint of a run that stopped while writing it");
-  if (!cfg_.checkpoint.resume.empty()) resume();
+  fault_ = fault_from_env(info.rank);
+  checkpointer_ = std::make_unique<Checkpointer>(
+      Checkpointer::Options{
+          ckpt_root_, cfg_.checkpoint.keep, cfg_.checkpoint.async, info.rank, info.world_size,
+          std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)), fault_},
+      mesh_->comm(Axis::kWorld), mesh_->store());
+  // Note [restarts]: a rank the launcher started again resumes from the newest complete
+  // checkpoint, whatever the config named (that one may be older than what the run
+  // wrote before it failed).
+  const int64_t restart = get_env_int("STRATA_RESTART").value_or(0);
+  if (restart > 0 && !resolve_checkpoint(ckpt_root_, "latest").empty()) {
+    resume("latest");
+  } else if (!cfg_.checkpoint.resume.empty()) {
+    resume(cfg_.checkpoint.resume);
+  } else if (restart > 0) {
+    log_rank0("restart ", restart, ": no checkpoint under ", ckpt_root_,
+              " yet, starting again from step 0");
+  }
+  if (get_env_int("STRATA_MAX_RESTARTS").value_or(0) > 0 && cfg_.checkpoint.interval == 0)
+    log_rank0(
+        "warning: restarts are on but checkpoint.interval is 0: a restart begins again "
+        "from step 0; set checkpoint.interval to lose at most that many steps");
 }
 
 int Trainer::agreed_stop_signal() {
@@ -290,6 +296,7 @@ double Trainer::evaluate() {
     const auto begin = static_cast<size_t>(b * micro_);
     if (begin + static_cast<size_t>(micro_) > idx.size()) break;
     MemoryScope scope(Category::kActivations);
+    heartbeat::tick();
     std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin),
                                idx.begin() + static_cast<int64_t>(begin) + micro_);
     const Batch batch = to_device(data_.eval->get(chunk));
@@ -329,40 +336,20 @@ double Trainer::forward_only(const Batch& batch) {
 }
 
 void Trainer::save(int64_t step) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t base = memory_stats().total;
-  reset_memory_peaks();
-  const std::string tmp = ckpt_root_ + "/" + checkpoint_dir_name(step) + ".tmp";
-  // Every rank writes its own pieces; nobody gathers (Note [component state]).
-  std::vector<TensorPiece> pieces;
-  for (Stateful* c : components()) c->save_state(pieces);
-  if (info_.rank == 0) fs::create_directories(tmp);
-  Comm& world = mesh_->comm(Axis::kWorld);
-  world.barrier();
-  write_shard(tmp, info_.rank, pieces);
-  pieces.clear();
-  world.barrier();
-  if (info_.rank == 0) {
-    nlohmann::json meta = {
-        {"format", 2},
-        {"step", step},
-        {"layout",
-         {{"dp", mesh_->dims().dp()}, {"tp", mesh_->dims().tp()}, {"pp", mesh_->dims().pp()}}},
-        {"zero", cfg_.parallel.zero},
-        {"world_size", info_.world_size},
-        {"config", config_toml(cfg_)}};
-    finalize_checkpoint(ckpt_root_, step, meta, cfg_.checkpoint.keep);
-  }
-  world.barrier();
-  save_stats_ = {
-      {"ms",
-       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()},
-      {"mem_before", base},
-      {"mem_peak", memory_stats().total_peak}};
+  nlohmann::json meta;
+  if (info_.rank == 0)
+    meta = {{"format", 2},
+            {"step", step},
+            {"layout",
+             {{"dp", mesh_->dims().dp()}, {"tp", mesh_->dims().tp()}, {"pp", mesh_->dims().pp()}}},
+            {"zero", cfg_.parallel.zero},
+            {"world_size", info_.world_size},
+            {"config", config_toml(cfg_)}};
+  save_stats_ = checkpointer_->save(step, components(), meta);
 }
 
-void Trainer::resume() {
-  const std::string dir = resolve_checkpoint(ckpt_root_, cfg_.checkpoint.resume);
+void Trainer::resume(const std::string& spec) {
+  const std::string dir = resolve_checkpoint(ckpt_root_, spec);
   if (dir.empty()) {
     log_rank0("checkpoint.resume=latest: no checkpoint under ", ckpt_root_, ", starting fresh");
     return;
@@ -411,7 +398,7 @@ TrainSummary Trainer::run() {
     if (!pm_.stage_blocks.empty())
       resolved.parallel.pp_partition = c10::Join(",", pm_.stage_blocks);
     write_file_atomic(cfg_.logging.run_dir + "/config.toml", config_toml(resolved));
-    log = std::make_unique<MetricsLog>(cfg_.logging.run_dir + "/metrics.jsonl", start_step_ > 0);
+    log = std::make_unique<MetricsLog>(cfg_.logging.run_dir + "/metrics.jsonl", start_step_);
     out.metrics_path = log->path();
   }
   Progress progress(cfg_.logging.progress, t.steps, cfg_.logging.log_interval, info_.rank == 0);
@@ -420,7 +407,14 @@ TrainSummary Trainer::run() {
   const double flops_per_step = model.flops_per_sample() * static_cast<double>(t.batch_size);
   auto run_start = std::chrono::steady_clock::now();
   CommStats::get().take();
+  // Note [heartbeat]: from here on the launcher watches this rank's progress.
+  heartbeat::start(info_.rank,
+                   std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000)));
+  heartbeat::started(start_step_);
   for (int64_t step = start_step_; step < t.steps; ++step) {
+    heartbeat::set_step(step + 1);
+    if (fault_ && fault_->step == step + 1 && fault_->kind != FaultKind::kKillInWrite)
+      trigger_fault(*fault_);
     reset_memory_peaks();
     reset_rss_peak();
     if (device_.is_cuda()) reset_cuda_peaks(device_.index());
@@ -504,6 +498,7 @@ TrainSummary Trainer::run() {
       out.checkpoint_dir = ckpt_root_ + "/" + checkpoint_dir_name(step + 1);
       rec["checkpoint"] = save_stats_;
     }
+    if (auto written = checkpointer_->take_written()) rec["checkpoint_written"] = *written;
     if (log) log->write(rec);
     progress.update(step + 1, loss, tokens_per_step / secs, lr, eta);
     if (stop) {
@@ -514,6 +509,13 @@ TrainSummary Trainer::run() {
       break;
     }
   }
+  // The last save may still be in the background: the run ends when it is on disk.
+  checkpointer_->wait();
+  if (auto written = checkpointer_->take_written())
+    log_rank0("checkpoint of step ", (*written)["step"].get<int64_t>(),
+              " written in the background in ", std::llround((*written)["write_ms"].get<double>()),
+              " ms");
+  heartbeat::stop();
   progress.finish();
   return out;
 }

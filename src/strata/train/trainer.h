@@ -13,8 +13,10 @@
 #include "strata/parallel/parallelize.h"
 #include "strata/parallel/pipeline/schedule.h"
 #include "strata/parallel/pipeline/simulate.h"
+#include "strata/train/checkpointer.h"
 #include "strata/train/data/sampler.h"
 #include "strata/train/data/source.h"
+#include "strata/train/faults.h"
 #include "strata/train/metrics.h"
 #include "strata/train/run_state.h"
 #include "strata/train/timeline_hooks.h"
@@ -47,7 +49,7 @@ class Trainer {
   double train_step(int64_t step);
   double evaluate();
   void save(int64_t step);
-  void resume();
+  void resume(const std::string& spec);
   // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
   int agreed_stop_signal();
   double average_over_dp(double v);
@@ -77,6 +79,8 @@ class Trainer {
   double grad_norm_ = 0;
   bool skipped_ = false;                   // the last step was skipped (inf/NaN gradients)
   std::vector<int64_t> inject_inf_steps_;  // STRATA_INJECT_INF, for tests
+  std::optional<Fault> fault_;             // STRATA_FAULT, for tests (Note [fault injection])
+  std::unique_ptr<Checkpointer> checkpointer_;
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
   int64_t rss_base_ = 0;  // process RSS before the model was built

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "strata/core/errors.h"
+#include "strata/core/files.h"
 #include "strata/core/logging.h"
 #include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
@@ -79,6 +80,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   std::vector<int64_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(params_.size() - 1 - i);
   build_buckets(plan_buckets(order));
+  bucket_order_ = order;
 
   ready_hooks_ =
       std::make_unique<GradReadyHooks>(params_, names_, [this](int64_t i) { mark_ready(i); });
@@ -311,12 +313,53 @@ void DistributedDataParallel::rebuild_from_ready_order() {
   order.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
   std::vector<std::vector<int64_t>> current;
   for (auto& b : buckets_) current.push_back(b.params);
+  bucket_order_ = order;
   auto plan = plan_buckets(order);
   if (plan == current) return;
   buckets_.clear();  // every .grad is undefined here: nothing to carry over
   build_buckets(plan);
   log_rank0("DDP: buckets rebuilt in the order gradients became ready (", buckets_.size(),
             " buckets)");
+}
+
+// Note [bucket order in checkpoints]: a bucket's elements are summed in an order set by
+// where they fall in the ring's chunks, so the bucket layout decides the last bits of
+// every averaged gradient (at dp >= 3). A run resumed with the first step's layout would
+// drift by an ulp from the run it continues; the learned order is saved instead and a
+// resume starts with the buckets the run had. Named by a hash of the parameter names:
+// another model part or model finds nothing and plans as a fresh run does.
+std::string DistributedDataParallel::state_name() const {
+  return "ddp.bucket_order." + content_hash(c10::Join(",", names_));
+}
+
+void DistributedDataParallel::save_state(std::vector<TensorPiece>& out) {
+  if (!opts_.writes_state || !rebuilt_) return;
+  TensorPiece p;
+  p.name = state_name();
+  p.tensor = at::tensor(bucket_order_, at::kLong);
+  out.push_back(std::move(p));
+}
+
+void DistributedDataParallel::load_state(const PieceReader& in) {
+  const std::string name = state_name();
+  const auto n = static_cast<int64_t>(params_.size());
+  if (!opts_.rebuild_buckets || !in.has(name) || in.global_shape(name) != std::vector<int64_t>{n})
+    return;
+  at::Tensor t = at::empty({n}, at::kLong);
+  in.read(name, t);
+  std::vector<int64_t> order(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+  std::vector<char> seen(params_.size(), 0);
+  for (int64_t i : order)
+    if (i < 0 || i >= n || seen[static_cast<size_t>(i)]++) return;  // not a permutation
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  buckets_.clear();
+  build_buckets(plan_buckets(order));
+  bucket_order_ = order;
+  rebuilt_ = true;
+  rebuild_pending_ = false;
+  ready_order_.clear();
+  reset_step();
 }
 
 DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& d, bool active)

@@ -29,6 +29,9 @@ struct DdpOptions {
   // became ready (rank 0's order, broadcast), as PyTorch does.
   bool rebuild_buckets = true;
   std::shared_ptr<CommHook> hook;  // null: plain average (AllReduceHook)
+  // This rank saves the bucket order (Note [bucket order in checkpoints]): one rank per
+  // set of parameters (dp rank 0 of tp rank 0 of each stage).
+  bool writes_state = false;
 };
 DdpOptions ddp_options_from(const ParallelConfig& p);
 std::shared_ptr<CommHook> make_comm_hook(const ParallelConfig& p);
@@ -91,6 +94,8 @@ class DistributedDataParallel : public GradSync {
   double grad_norm_squared() override;
   nlohmann::json stats() override;
   void inject_inf() override;
+  void save_state(std::vector<TensorPiece>& out) override;
+  void load_state(const PieceReader& in) override;
 
   // While a NoSync is alive, backward accumulates gradients without communicating.
   class NoSync {
@@ -148,6 +153,8 @@ class DistributedDataParallel : public GradSync {
   std::vector<int64_t> pending_;  // per bucket: gradients not yet ready
   int64_t next_launch_ = 0;
   std::vector<int64_t> ready_order_;
+  std::vector<int64_t> bucket_order_;  // what the buckets were last planned from
+  std::string state_name() const;
   bool rebuilt_ = false;
   bool rebuild_pending_ = false;  // Note [bucket rebuild]
   std::chrono::steady_clock::time_point backward_end_;

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "strata/core/errors.h"
+#include "strata/distributed/heartbeat.h"
 #include "strata/memory/precision.h"
 #include "strata/memory/timeline.h"
 #include "strata/memory/tracking_allocator.h"
@@ -52,6 +53,7 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   };
   for (const Action& a : actions) {
+    heartbeat::tick();  // Note [heartbeat]: a micro-batch is progress
     MemoryScope scope(Category::kActivations);
     const int64_t vs = a.chunk * p + rank;
     InFlight& f = held[{a.chunk, a.micro}];
