@@ -154,6 +154,9 @@ TEST(PipelineParallel, BadSettingsAreOneClearLine) {
   expect_one_error_line(
       train_command(dir, kCommon + "--nproc 4 --parallel.pp=2 --parallel.pp_schedule=zb-h1"),
       "parallel.pp_schedule=zb-h1 with dp=2: its deferred weight gradients");
+  expect_one_error_line(train_command(dir, kCommon + "--nproc 4 --parallel.pp=2 --parallel.tp=2 "
+                                                     "--parallel.pp_schedule=zb-h1"),
+                        "parallel.pp_schedule=zb-h1 with tp=2: its deferred weight gradients");
   expect_one_error_line(
       train_command(dir, kCommon + pp2 + "--model.flavour=mlp --data.source=fashion-mnist"),
       "has no transformer blocks to cut into stages");

@@ -193,8 +193,10 @@ std::vector<std::shared_ptr<Model>> apply_pipeline_stage(const ModelSpec& spec, 
   const int64_t pp = mesh.dims().pp();
   if (pp > 1) {
     const auto& p = cfg.parallel;
-    STRATA_CHECK(tp.size == 1, "parallel.pp=", pp, " with tp=", tp.size, ": tensor and ",
-                 "pipeline parallelism together are not supported yet; use one of them");
+    STRATA_CHECK(tp.size == 1 || p.pp_schedule != "zb-h1",
+                 "parallel.pp_schedule=zb-h1 with tp=", tp.size,
+                 ": its deferred weight gradients are not split over tensor-parallel ",
+                 "ranks yet; use pp_schedule=1f1b or interleaved with tp");
     STRATA_CHECK(p.zero <= 2, "parallel.zero=3 with pp=", pp, ": ZeRO-3 gathers and frees ",
                  "each block around one forward and backward, and a pipeline interleaves ",
                  "several micro-batches' passes; use parallel.zero=1 or 2");
@@ -276,14 +278,19 @@ ZeroDataParallel* apply_data_parallel(ParallelModel& pm, Mesh& mesh, const Confi
   } else {
     pm.grad_sync = std::make_unique<LocalGradSync>(pm.params);
   }
-  if (mesh.dims().tp() > 1)  // ZeRO weighs its own shards (ShardPiece::norm_weight)
+  // Note [norm through the decorators]: the innermost sync that knows the weighting
+  // computes this rank's squared norm (ZeRO over its shards; else the tp or pp decorator
+  // from the parameters, replicated ones weighted 1/tp); each decorator outside it sums
+  // its inner's norm over its own axis. Giving the pp decorator the parameters too when
+  // a tp decorator is inside would skip the tp sum (the norm was 28% off at tp=2 x pp=4).
+  const std::vector<NamedParam> none;
+  const bool tp = mesh.dims().tp() > 1;
+  if (tp)
     pm.grad_sync = std::make_unique<TensorParallelGradSync>(
-        std::move(pm.grad_sync), zero ? std::vector<NamedParam>{} : pm.params,
-        mesh.comm(Axis::kTp));
+        std::move(pm.grad_sync), zero ? none : pm.params, mesh.comm(Axis::kTp));
   if (mesh.dims().pp() > 1) {
-    auto pipeline = std::make_unique<PipelineGradSync>(std::move(pm.grad_sync),
-                                                       zero ? std::vector<NamedParam>{} : pm.params,
-                                                       mesh.comm(Axis::kPp), pm.parts);
+    auto pipeline = std::make_unique<PipelineGradSync>(
+        std::move(pm.grad_sync), zero || tp ? none : pm.params, mesh.comm(Axis::kPp), pm.parts);
     if (zero) zero->defer_root_reduce(pipeline->take_exchange());
     pm.grad_sync = std::move(pipeline);
   }

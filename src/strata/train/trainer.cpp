@@ -245,7 +245,7 @@ double Trainer::train_step(int64_t step) {
   const bool pipeline = mesh_->dims().pp() > 1;
   if (pipeline) {
     ctx.pp = &mesh_->comm(Axis::kPp);
-    ctx.activation_shape = {micro_, spec_.seq_len, spec_.d_model};
+    ctx.activation_shape = stage_activation_shape();
     ctx.activation_dtype = pm_.compute_dtype;
   }
   // Every stage draws the step's micro-batches in order (a pipeline's parts forward
@@ -273,6 +273,14 @@ double Trainer::train_step(int64_t step) {
   phase_ms_ = {std::chrono::duration<double, std::milli>(t1 - t0).count(),
                std::chrono::duration<double, std::milli>(t2 - t1).count()};
   return average_over_dp(from_last_stage(loss_sum) / static_cast<double>(accum_));
+}
+
+std::vector<int64_t> Trainer::stage_activation_shape() const {
+  // The residual stream between blocks: under sequence parallelism each tp rank holds
+  // its seq_len / tp positions, and sends them to the same tp rank of the next stage.
+  const int64_t tp = mesh_->dims().tp();
+  const bool sp = cfg_.parallel.sequence_parallel && tp > 1;
+  return {micro_, sp ? spec_.seq_len / tp : spec_.seq_len, spec_.d_model};
 }
 
 double Trainer::from_last_stage(double v) {
@@ -320,7 +328,7 @@ double Trainer::forward_only(const Batch& batch) {
     if (vs % p != pp.rank()) continue;
     at::Tensor x;
     if (vs > 0) {
-      x = at::empty({micro_, spec_.seq_len, spec_.d_model},
+      x = at::empty(stage_activation_shape(),
                     at::TensorOptions().dtype(pm_.compute_dtype).device(device_));
       pp.recv(x, (vs - 1) % p, static_cast<int>(vs)).wait();
     }

@@ -53,8 +53,9 @@ class Trainer {
   // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
   int agreed_stop_signal();
   double average_over_dp(double v);
-  double from_last_stage(double v);         // the last pipeline stage's value, on every rank
-  double forward_only(const Batch& batch);  // one micro-batch's loss (the last stage's)
+  double from_last_stage(double v);  // the last pipeline stage's value, on every rank
+  std::vector<int64_t> stage_activation_shape() const;  // what one stage sends the next
+  double forward_only(const Batch& batch);              // one micro-batch's loss (the last stage's)
   // Gradient clipping and loss scaling after backward: returns the factor the
   // optimizer applies to the gradients, or nothing when the step is skipped.
   std::optional<double> check_gradients(int64_t step);
