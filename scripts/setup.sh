@@ -41,6 +41,11 @@ if ! (cd / && "$VENV/bin/python" -c "import torch; assert torch.__version__.star
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
   "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy
 fi
+# Hugging Face's own library checks what `strata export` writes (tests only).
+if ! (cd / && "$VENV/bin/python" -c "import transformers, safetensors") 2>/dev/null; then
+  log "installing transformers and safetensors into $VENV (once per machine; interop tests)"
+  "$VENV/bin/pip" install -q "transformers==5.25.0" "safetensors==0.8.0"
+fi
 TORCH_PREFIX=$(cd / && "$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 
 # 3. Configure (first time, or when the torch prefix moved) and build.

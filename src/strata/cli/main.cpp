@@ -16,6 +16,7 @@
 #include "strata/distributed/comm.h"
 #include "strata/distributed/launcher.h"
 #include "strata/distributed/rendezvous.h"
+#include "strata/interop/hf.h"
 #include "strata/report/html_report.h"
 #include "strata/train/trainer.h"
 
@@ -165,6 +166,15 @@ int main(int argc, char** argv) {
   schedule->add_option("--costs", sa.costs,
                        "a run's trace.json: simulate with its measured action durations");
 
+  auto* export_cmd = app.add_subcommand(
+      "export", "write a checkpoint as Hugging Face weights (model.safetensors + config.json)");
+  strata::ExportArgs xa;
+  export_cmd->add_option("checkpoint", xa.checkpoint, "a step-N folder, checkpoint.dir or run dir")
+      ->required();
+  export_cmd->add_option("-o,--output", xa.out, "the folder to write")->required();
+  export_cmd->add_option("--format", xa.format, "hf (GPT2LMHeadModel)");
+  export_cmd->add_option("--dtype", xa.dtype, "fp32, bf16 or fp16");
+
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");
   });
@@ -232,6 +242,7 @@ int main(int argc, char** argv) {
     }
     if (launch_cmd->parsed()) return strata::launch(lo);
     if (report->parsed()) return strata::run_report(report_dir, report_out);
+    if (export_cmd->parsed()) return strata::run_export(xa);
     if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();

@@ -88,4 +88,35 @@ ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data) {
               hint.empty() ? "" : "; did you mean '" + hint + "'?", " (choose from ", all, ")");
 }
 
+nlohmann::json spec_json(const ModelSpec& s) {
+  return {{"flavour", s.flavour},
+          {"family", s.family == Family::kGpt    ? "gpt"
+                     : s.family == Family::kBert ? "bert"
+                                                 : "other"},
+          {"n_layer", s.n_layer},
+          {"n_head", s.n_head},
+          {"d_model", s.d_model},
+          {"seq_len", s.seq_len},
+          {"vocab_size", s.vocab_size},
+          {"vocab_multiple", s.vocab_multiple},
+          {"type_vocab", s.type_vocab},
+          {"tied_embedding", s.tied_embedding}};
+}
+
+ModelSpec spec_from_json(const nlohmann::json& j) {
+  ModelSpec s;
+  s.flavour = j.value("flavour", "");
+  const std::string f = j.value("family", "");
+  s.family = f == "gpt" ? Family::kGpt : f == "bert" ? Family::kBert : Family::kMlp;
+  s.n_layer = j.value("n_layer", int64_t{0});
+  s.n_head = j.value("n_head", int64_t{0});
+  s.d_model = j.value("d_model", int64_t{0});
+  s.seq_len = j.value("seq_len", int64_t{0});
+  s.vocab_size = j.value("vocab_size", int64_t{0});
+  s.vocab_multiple = j.value("vocab_multiple", int64_t{1});
+  s.type_vocab = j.value("type_vocab", int64_t{0});
+  s.tied_embedding = j.value("tied_embedding", true);
+  return s;
+}
+
 }  // namespace strata

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,10 @@ std::vector<std::string> flavour_names();
 // Pure: flavour table + overrides + data shape. Unknown flavours are a one-line error.
 ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data);
 bool is_language_model(Family f);
+
+// The model shape as JSON (a checkpoint's meta.json "model": what `strata export` reads),
+// and back.
+nlohmann::json spec_json(const ModelSpec& spec);
+ModelSpec spec_from_json(const nlohmann::json& j);
 
 }  // namespace strata

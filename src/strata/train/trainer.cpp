@@ -352,6 +352,7 @@ void Trainer::save(int64_t step) {
              {{"dp", mesh_->dims().dp()}, {"tp", mesh_->dims().tp()}, {"pp", mesh_->dims().pp()}}},
             {"zero", cfg_.parallel.zero},
             {"world_size", info_.world_size},
+            {"model", spec_json(spec_)},
             {"config", config_toml(cfg_)}};
   save_stats_ = checkpointer_->save(step, components(), meta);
 }

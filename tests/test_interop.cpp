@@ -1,0 +1,193 @@
+// Weights out to Hugging Face (Note [safetensors], Note [Hugging Face names]): the
+// safetensors reader and writer against damaged files, the GPT-2 name map against the
+// model's own parameters, and `strata export` checked with `transformers` itself: the
+// logits of GPT2LMHeadModel loaded from the export equal Strata's on the same tokens.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "strata/core/errors.h"
+#include "strata/core/safetensors.h"
+#include "strata/interop/hf.h"
+#include "strata/models/build.h"
+#include "strata/models/gpt.h"
+#include "strata/train/checkpoint.h"
+#include "test_util.h"
+
+using namespace strata;
+using namespace strata::test;
+
+namespace {
+
+// The error a reader of path raises ("" when it opens).
+std::string open_error(const std::string& path) {
+  try {
+    SafeTensorsReader r(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A file with a hand-written header and `data` bytes after it.
+std::string with_header(const std::string& header, size_t data) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + std::string(data, '\x01');
+}
+
+}  // namespace
+
+TEST(SafeTensors, RoundTripAndEveryKindOfDamageIsOneClearError) {
+  const std::string dir = temp_dir("safetensors");
+  const std::string good = dir + "/good.safetensors";
+  at::Tensor a = at::arange(6, at::kFloat).view({2, 3});
+  at::Tensor b = at::tensor({1, 2, 3}, at::kLong);
+  at::Tensor c = at::randn({4}).to(at::kBFloat16);
+  {
+    SafeTensorsWriter w(
+        good, {{"a", at::kFloat, {2, 3}}, {"b", at::kLong, {3}}, {"c", at::kBFloat16, {4}}},
+        {{"format", "pt"}});
+    w.write_next(a);
+    w.write_next(b);
+    w.write_next(c);
+    w.commit();
+  }
+  SafeTensorsReader r(good);
+  EXPECT_TRUE(at::equal(r.read("a"), a));
+  EXPECT_TRUE(at::equal(r.read("b"), b));
+  EXPECT_TRUE(at::equal(r.read("c"), c));
+  EXPECT_EQ(r.metadata().at("format"), "pt");
+  EXPECT_EQ(r.names(), (std::vector<std::string>{"a", "b", "c"}));
+
+  struct Bad {
+    std::string name, bytes, message;
+  };
+  const std::string t = R"("t":{"dtype":"F32","shape":[2,2],"data_offsets":)";
+  const std::vector<Bad> bad = {
+      {"short", "abc", "fewer than the 8-byte header length"},
+      {"long-header", with_header("{}", 0).replace(0, 1, "\xff"), "its header says 255 bytes"},
+      {"not-json", with_header("{nope", 0), "header is not a JSON object"},
+      {"past-end", with_header("{" + t + "[0,16]}}", 8), "spans bytes [0, 16) but the data"},
+      {"wrong-size", with_header("{" + t + "[0,12]}}", 16),
+       "has 12 bytes but its F32 shape needs 16"},
+      {"dtype", with_header(R"({"t":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", 1),
+       "unknown dtype F8"},
+      {"negative", with_header(R"({"t":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+       "negative or non-integer dimension"},
+      {"huge",
+       with_header(R"({"t":{"dtype":"F32","shape":[1000000000000],"data_offsets":[0,4]}})", 4),
+       "larger than the file's"},
+      {"overlap",
+       with_header(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                   R"("u":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                   12),
+       "two tensors overlap"},
+      {"missing-field", with_header(R"({"t":{"dtype":"F32","shape":[1]}})", 4), "lacks dtype"},
+  };
+  for (const Bad& x : bad) {
+    const std::string p = dir + "/" + x.name + ".safetensors";
+    write_bytes(p, x.bytes);
+    const std::string e = open_error(p);
+    EXPECT_NE(e.find("is not a valid safetensors file"), std::string::npos) << x.name << ": " << e;
+    EXPECT_NE(e.find(x.message), std::string::npos) << x.name << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << x.name << ": one line";
+  }
+  // A truncated copy of the good file: the last tensor runs past the end.
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  write_bytes(dir + "/cut.safetensors", bytes.substr(0, bytes.size() - 3));
+  EXPECT_NE(open_error(dir + "/cut.safetensors").find("tensor 'c' spans bytes"), std::string::npos);
+}
+
+TEST(HfExport, Gpt2NamesCoverTheModelsParametersOnce) {
+  for (bool tied : {true, false}) {
+    ModelSpec s;
+    s.family = Family::kGpt;
+    s.n_layer = 2, s.n_head = 2, s.d_model = 16, s.seq_len = 8, s.vocab_size = 50;
+    s.vocab_multiple = 64;
+    s.tied_embedding = tied;
+    auto model = build_model(s);
+    std::map<std::string, int> seen;
+    for (const auto& t : gpt2_tensors(s)) ++seen[t.strata_name];
+    std::vector<std::string> params;
+    for (const auto& p : model->named_parameters()) params.push_back(p.key());
+    EXPECT_EQ(seen.size(), params.size()) << "tied " << tied;
+    for (const auto& p : params) EXPECT_EQ(seen[p], 1) << p << " (tied " << tied << ")";
+  }
+}
+
+TEST(HfExport, TransformersLoadsTheExportAndGivesStratasLogits) {
+  // A debug GPT trained 3 steps (vocabulary 8192 padded to 9000 rows, so the export
+  // must drop rows), exported, then GPT2LMHeadModel from the folder: its logits on the
+  // same 24 tokens equal Strata's within 1e-5 of the largest logit.
+  for (const std::string tied : {"true", "false"}) {
+    const std::string dir = train_ok("hf-export-" + tied,
+                                     "--training.steps=3 --model.n_layer=2 --model.seq_len=32 "
+                                     "--model.vocab_multiple=1000 --model.dropout=0 "
+                                     "--model.tied_embedding=" +
+                                         tied);
+    const std::string out = dir + "/hf";
+    auto r = run(strata_bin() + " export " + dir + " -o " + out, 120);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("as GPT2LMHeadModel"), std::string::npos) << r.output;
+    CheckpointReader ck(dir + "/checkpoints/step-00000003");
+    const ModelSpec spec = spec_from_json(ck.meta()["model"]);
+    ASSERT_EQ(spec.padded_vocab(), 9000);
+    auto model = build_model(spec);
+    {
+      at::NoGradGuard g;
+      for (auto& p : model->named_parameters()) ck.read("model." + p.key(), p.value());
+    }
+    model->eval();
+    at::Tensor ids = at::randint(spec.vocab_size, {1, 24}, at::kLong);
+    Batch b{ids, ids, {}};
+    auto& gpt = dynamic_cast<Gpt&>(*model);
+    at::Tensor mine;
+    {
+      at::NoGradGuard g;
+      mine = gpt.logits(gpt.run_blocks(gpt.embed(b))).narrow(-1, 0, spec.vocab_size).contiguous();
+    }
+    const std::string tokens = dir + "/tokens.bin", theirs_path = dir + "/hf_logits.bin";
+    std::ofstream(tokens, std::ios::binary)
+        .write(static_cast<const char*>(ids.data_ptr()),
+               static_cast<std::streamsize>(ids.nbytes()));
+    auto py = run(std::string(STRATA_PYTHON) + " " + source_dir() + "/tests/interop/hf_logits.py " +
+                      out + " " + tokens + " " + theirs_path,
+                  180);
+    ASSERT_EQ(py.status, 0) << py.output;
+    EXPECT_NE(py.output.find("GPT2LMHeadModel (1, 24, 8192)"), std::string::npos) << py.output;
+    at::Tensor theirs = at::empty_like(mine);
+    std::ifstream(theirs_path, std::ios::binary)
+        .read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
+    const double diff = (mine - theirs).abs().max().item<double>();
+    const double scale = mine.abs().max().item<double>();
+    std::printf("tied %s: max |logit difference| %.3g (largest logit %.3g)\n", tied.c_str(), diff,
+                scale);
+    EXPECT_LT(diff, 1e-5 * scale) << "tied " << tied;
+  }
+}
+
+TEST(HfExport, BadInputIsOneClearLine) {
+  const std::string dir = temp_dir("hf-export-bad");
+  expect_one_error_line(strata_bin() + " export " + dir + "/nothing -o " + dir + "/out",
+                        "holds no checkpoint (no meta.json, no latest)");
+  expect_one_error_line(strata_bin() + " export " + dir + " -o " + dir + "/out --dtype fp8",
+                        "--dtype fp8 is not one of fp32, bf16, fp16");
+  const std::string bert =
+      train_ok("hf-export-bert", "--model.flavour=bert-debug --training.steps=1");
+  expect_one_error_line(strata_bin() + " export " + bert + " -o " + dir + "/out",
+                        "model; --format hf exports GPT flavours (GPT2LMHeadModel) so far");
+}
