@@ -191,3 +191,73 @@ TEST(HfExport, BadInputIsOneClearLine) {
   expect_one_error_line(strata_bin() + " export " + bert + " -o " + dir + "/out",
                         "model; --format hf exports GPT flavours (GPT2LMHeadModel) so far");
 }
+
+TEST(HfImport, Gpt2FromTransformersGivesItsLogitsAndTrainsFromItUnderAnyLayout) {
+  // A random GPT2LMHeadModel saved by transformers (vocabulary 1000, padded by Strata to
+  // 1024): `strata import` gives a checkpoint whose model has its logits (within 1e-5
+  // of the largest), and checkpoint.init_from starts training from it at tp=2 and at
+  // dp=2 ZeRO-3 (lr 1e-30: the step-1 weights are the imported ones, bit for bit).
+  for (const std::string tied : {"true", "false"}) {
+    const std::string dir = temp_dir("hf-import-" + tied);
+    const std::string hf = dir + "/hf", ck = dir + "/ck";
+    auto r = run(std::string(STRATA_PYTHON) + " " + source_dir() +
+                     "/tests/interop/hf_make_gpt2.py " + hf + " " + tied,
+                 180);
+    ASSERT_EQ(r.status, 0) << r.output;
+    r = run(strata_bin() + " import " + hf + " -o " + ck, 60);
+    ASSERT_EQ(r.status, 0) << r.output;
+    CheckpointReader imported(ck + "/step-00000000");
+    const ModelSpec spec = spec_from_json(imported.meta()["model"]);
+    EXPECT_EQ(spec.padded_vocab(), 1024);
+    auto model = build_model(spec);
+    {
+      at::NoGradGuard g;
+      for (auto& p : model->named_parameters()) imported.read("model." + p.key(), p.value());
+    }
+    model->eval();
+    at::Tensor ids = at::randint(spec.vocab_size, {1, 20}, at::kLong);
+    auto& gpt = dynamic_cast<Gpt&>(*model);
+    at::Tensor mine;
+    {
+      at::NoGradGuard g;
+      Batch b{ids, ids, {}};
+      mine = gpt.logits(gpt.run_blocks(gpt.embed(b))).narrow(-1, 0, spec.vocab_size).contiguous();
+    }
+    const std::string tokens = dir + "/tokens.bin", theirs_path = dir + "/hf_logits.bin";
+    std::ofstream(tokens, std::ios::binary)
+        .write(static_cast<const char*>(ids.data_ptr()),
+               static_cast<std::streamsize>(ids.nbytes()));
+    r = run(std::string(STRATA_PYTHON) + " " + source_dir() + "/tests/interop/hf_logits.py " + hf +
+                " " + tokens + " " + theirs_path,
+            180);
+    ASSERT_EQ(r.status, 0) << r.output;
+    at::Tensor theirs = at::empty_like(mine);
+    std::ifstream(theirs_path, std::ios::binary)
+        .read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
+    const double diff = (mine - theirs).abs().max().item<double>();
+    const double scale = mine.abs().max().item<double>();
+    std::printf("import, tied %s: max |logit difference| %.3g (largest logit %.3g)\n", tied.c_str(),
+                diff, scale);
+    EXPECT_LT(diff, 1e-5 * scale) << "tied " << tied;
+
+    // Training from the Hugging Face folder itself, and from the imported checkpoint.
+    for (const auto& [name, source, layout] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"tp2", hf, "--nproc 2 --parallel.tp=2"},
+             {"zero3", ck, "--nproc 2 --parallel.zero=3"}}) {
+      const std::string run_dir =
+          train_ok("hf-init-" + tied + "-" + name,
+                   layout +
+                       " --data.source=synthetic --training.steps=1 --training.batch_size=4 "
+                       "--training.lr=1e-30 --training.min_lr=1e-30 --model.dropout=0 "
+                       "--checkpoint.init_from=" +
+                       source);
+      CheckpointReader trained(run_dir + "/checkpoints/step-00000001");
+      for (auto& p : model->named_parameters()) {
+        at::Tensor got = at::empty_like(p.value());
+        trained.read("model." + p.key(), got);
+        EXPECT_TRUE(at::equal(got, p.value())) << name << " tied " << tied << ": " << p.key();
+      }
+    }
+  }
+}

@@ -53,7 +53,15 @@ int run_train(const std::string& config_path, int64_t nproc, int64_t max_restart
   Config cfg;
   apply_config_args(cfg, config_path, extras, "train");
   WorldInfo info = world_from_env();
-  Trainer trainer(cfg, info);
+  // Note [init_from]: a Hugging Face folder gives the model its shape and its weights.
+  Trainer::WeightsOpener opener;
+  if (!cfg.checkpoint.init_from.empty() && is_hf_folder(cfg.checkpoint.init_from)) {
+    apply_hf_model(cfg, cfg.checkpoint.init_from);
+    opener = [](const std::string& dir, const ModelSpec& spec) -> std::unique_ptr<PieceReader> {
+      return std::make_unique<HfGptReader>(dir, spec.vocab_multiple);
+    };
+  }
+  Trainer trainer(cfg, info, opener);
   TrainSummary s = trainer.run();
   if (info.rank == 0 && !s.losses.empty()) {
     std::printf("loss %.4f (step %lld) -> %.4f (step %lld)\n", s.losses.front(),
@@ -175,6 +183,14 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--format", xa.format, "hf (GPT2LMHeadModel)");
   export_cmd->add_option("--dtype", xa.dtype, "fp32, bf16 or fp16");
 
+  auto* import_cmd = app.add_subcommand(
+      "import", "make a Strata checkpoint of a Hugging Face GPT-2 folder (for init_from)");
+  strata::ImportArgs ia;
+  import_cmd->add_option("hf_dir", ia.hf_dir, "config.json + model.safetensors")->required();
+  import_cmd->add_option("-o,--output", ia.out, "the checkpoint folder to write")->required();
+  import_cmd->add_option("--vocab-multiple", ia.vocab_multiple,
+                         "pad the vocabulary to a multiple of this (model.vocab_multiple)");
+
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");
   });
@@ -243,6 +259,7 @@ int main(int argc, char** argv) {
     if (launch_cmd->parsed()) return strata::launch(lo);
     if (report->parsed()) return strata::run_report(report_dir, report_out);
     if (export_cmd->parsed()) return strata::run_export(xa);
+    if (import_cmd->parsed()) return strata::run_import(ia);
     if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();

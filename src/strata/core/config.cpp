@@ -94,6 +94,7 @@ std::vector<Field> config_fields(Config& c) {
       {"checkpoint", "keep", &ck.keep},
       {"checkpoint", "save_final", &ck.save_final},
       {"checkpoint", "async", &ck.async},
+      {"checkpoint", "init_from", &ck.init_from},
       {"logging", "run_dir", &l.run_dir},
       {"logging", "log_interval", &l.log_interval},
       {"logging", "progress", &l.progress},

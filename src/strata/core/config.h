@@ -113,6 +113,7 @@ struct CheckpointConfig {
   int64_t keep = 2;        // newest checkpoints kept
   bool save_final = true;  // save after the last step
   bool async = false;      // write in a background thread (Note [async checkpoint])
+  std::string init_from;   // weights (fresh optimizer, step 0) from a checkpoint or HF folder
 };
 
 struct LoggingConfig {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -63,18 +64,6 @@ nlohmann::json gpt2_config(const ModelSpec& s, const std::string& dtype) {
 
 namespace {
 
-// A step-N folder as given; a checkpoint root's or a run directory's `latest`.
-std::string find_checkpoint(const std::string& path) {
-  if (fs::exists(path + "/meta.json")) return path;
-  for (const std::string root : {path, path + "/checkpoints"}) {
-    const std::string dir = resolve_checkpoint(root, "latest");
-    if (!dir.empty()) return dir;
-  }
-  STRATA_FAIL(path,
-              " holds no checkpoint (no meta.json, no latest); give a step-N folder, a "
-              "checkpoint.dir or a run directory");
-}
-
 at::ScalarType parse_dtype(const std::string& d) {
   if (d == "fp32") return at::kFloat;
   if (d == "bf16") return at::kBFloat16;
@@ -88,7 +77,7 @@ int run_export(const ExportArgs& a) {
   STRATA_CHECK(a.format == "hf", "--format ", a.format, " is not supported; use --format hf");
   STRATA_CHECK(!a.out.empty(), "strata export needs -o DIR, the folder to write");
   const at::ScalarType dtype = parse_dtype(a.dtype);
-  const std::string dir = find_checkpoint(a.checkpoint);
+  const std::string dir = locate_checkpoint(a.checkpoint);
   CheckpointReader r(dir);
   STRATA_CHECK(r.meta().contains("model"), "checkpoint ", dir,
                " does not record its model's shape (written before export existed); resume it "
@@ -127,6 +116,154 @@ int run_export(const ExportArgs& a) {
   std::printf("exported %s (step %lld, %zu tensors, %s) to %s as GPT2LMHeadModel\n", dir.c_str(),
               static_cast<long long>(r.meta().value("step", int64_t{0})), map.size(),
               a.dtype.c_str(), a.out.c_str());
+  return 0;
+}
+
+}  // namespace strata
+
+namespace strata {
+
+bool is_hf_folder(const std::string& dir) {
+  return fs::exists(dir + "/config.json") && fs::exists(dir + "/model.safetensors");
+}
+
+ModelSpec hf_gpt_spec(const std::string& dir, int64_t vocab_multiple) {
+  const std::string path = dir + "/config.json";
+  const auto c = nlohmann::json::parse(read_file(path), nullptr, false);
+  STRATA_CHECK(c.is_object(), path, " is not JSON; is ", dir, " a Hugging Face model folder?");
+  const std::string type = c.value("model_type", "");
+  STRATA_CHECK(type == "gpt2", path, " has model_type '", type,
+               "'; importing reads GPT-2 (GPT2LMHeadModel) folders so far");
+  auto num = [&](const char* key) {
+    STRATA_CHECK(c.contains(key) && c[key].is_number_integer(), path, " lacks the integer ", key);
+    return c[key].get<int64_t>();
+  };
+  ModelSpec s;
+  s.flavour = "gpt2-124m";
+  s.family = Family::kGpt;
+  s.n_layer = num("n_layer");
+  s.n_head = num("n_head");
+  s.d_model = num("n_embd");
+  s.seq_len = num("n_positions");
+  s.vocab_size = num("vocab_size");
+  s.vocab_multiple = vocab_multiple;
+  s.tied_embedding = c.value("tie_word_embeddings", true);
+  const std::string act = c.value("activation_function", "gelu_new");
+  STRATA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", path, " uses activation '", act,
+               "'; Strata's GPT blocks use the tanh GELU (gelu_new)");
+  const double eps = c.value("layer_norm_epsilon", 1e-5);
+  STRATA_CHECK(std::abs(eps - 1e-5) < 1e-12, path, " has layer_norm_epsilon ", eps,
+               "; Strata's GPT uses 1e-5");
+  STRATA_CHECK(!c.contains("n_inner") || c["n_inner"].is_null() ||
+                   c["n_inner"].get<int64_t>() == 4 * s.d_model,
+               path, " has n_inner ", c.value("n_inner", 0), "; Strata's MLP is 4 x n_embd");
+  return s;
+}
+
+void apply_hf_model(Config& cfg, const std::string& dir) {
+  const ModelSpec s = hf_gpt_spec(dir, cfg.model.vocab_multiple);
+  cfg.model.flavour = s.flavour;
+  cfg.model.n_layer = s.n_layer;
+  cfg.model.n_head = s.n_head;
+  cfg.model.d_model = s.d_model;
+  cfg.model.seq_len = s.seq_len;
+  cfg.model.vocab_size = s.vocab_size;
+  cfg.model.tied_embedding = s.tied_embedding;
+}
+
+HfGptReader::HfGptReader(const std::string& dir, int64_t vocab_multiple)
+    : spec_(hf_gpt_spec(dir, vocab_multiple)),
+      st_(std::make_unique<SafeTensorsReader>(dir + "/model.safetensors")) {
+  for (HfTensor t : gpt2_tensors(spec_)) {
+    // Folders saved from the original checkpoints name the body without "transformer.".
+    if (!st_->has(t.hf_name) && t.hf_name.rfind("transformer.", 0) == 0)
+      t.hf_name = t.hf_name.substr(12);
+    STRATA_CHECK(st_->has(t.hf_name), dir, "/model.safetensors has no tensor ", t.hf_name,
+                 " that a GPT-2 of its config.json has; is the folder complete?");
+    map_.emplace("model." + t.strata_name, t);
+  }
+}
+
+bool HfGptReader::has(const std::string& name) const {
+  return map_.count(name) > 0;
+}
+
+std::vector<int64_t> HfGptReader::global_shape(const std::string& name) const {
+  const HfTensor& t = map_.at(name);
+  std::vector<int64_t> s = st_->entry(t.hf_name).shape;
+  if (t.transpose && s.size() == 2) std::swap(s[0], s[1]);
+  if (t.vocab_rows) s[0] = spec_.padded_vocab();
+  return s;
+}
+
+at::Tensor HfGptReader::full(const std::string& name) const {
+  const HfTensor& t = map_.at(name);
+  at::Tensor x = st_->read(t.hf_name).to(at::kFloat);
+  if (t.transpose) x = x.t().contiguous();
+  if (t.vocab_rows) {
+    STRATA_CHECK(x.size(0) == spec_.vocab_size, t.hf_name, " has ", x.size(0),
+                 " rows but config.json's vocab_size is ", spec_.vocab_size);
+    at::Tensor padded = at::zeros({spec_.padded_vocab(), x.size(1)}, x.options());
+    padded.narrow(0, 0, x.size(0)).copy_(x);
+    x = padded;
+  }
+  return x;
+}
+
+void HfGptReader::read(const std::string& name, at::Tensor out,
+                       const std::vector<int64_t>& offsets) const {
+  at::Tensor x = full(name);
+  for (int64_t d = 0; d < out.dim(); ++d)
+    x = x.narrow(d, offsets.empty() ? 0 : offsets[static_cast<size_t>(d)], out.size(d));
+  out.copy_(x);
+}
+
+void HfGptReader::read_flat(const std::string& name, at::Tensor out, int64_t offset) const {
+  out.copy_(full(name).reshape({-1}).narrow(0, offset, out.numel()));
+}
+
+void HfGptReader::read_box_flat(const std::string& name, at::Tensor out,
+                                const std::vector<int64_t>& offsets,
+                                const std::vector<int64_t>& box_shape, int64_t offset) const {
+  at::Tensor x = full(name);
+  for (size_t d = 0; d < box_shape.size(); ++d)
+    x = x.narrow(static_cast<int64_t>(d), offsets[d], box_shape[d]);
+  out.copy_(x.reshape({-1}).narrow(0, offset, out.numel()));
+}
+
+int run_import(const ImportArgs& a) {
+  STRATA_CHECK(!a.out.empty(), "strata import needs -o CHECKPOINT_DIR, the folder to write");
+  STRATA_CHECK(is_hf_folder(a.hf_dir), a.hf_dir,
+               " is not a Hugging Face model folder (config.json and model.safetensors)");
+  HfGptReader in(a.hf_dir, a.vocab_multiple);
+  std::vector<TensorPiece> pieces;
+  for (const HfTensor& t : gpt2_tensors(in.spec())) {
+    TensorPiece p;
+    p.name = "model." + t.strata_name;
+    p.tensor = in.full(p.name);
+    pieces.push_back(std::move(p));
+  }
+  const std::string tmp = a.out + "/" + checkpoint_dir_name(0) + ".tmp";
+  write_shard(tmp, 0, pieces);
+  Config cfg;
+  cfg.model.vocab_multiple = a.vocab_multiple;
+  apply_hf_model(cfg, a.hf_dir);
+  const nlohmann::json meta = {{"format", 2},
+                               {"step", 0},
+                               {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}}},
+                               {"zero", 0},
+                               {"world_size", 1},
+                               {"model", spec_json(in.spec())},
+                               {"weights_only", true},
+                               {"imported_from", fs::absolute(a.hf_dir).string()},
+                               {"config", config_toml(cfg)}};
+  finalize_checkpoint(a.out, 0, meta, 1);
+  std::printf(
+      "imported %s (GPT-2: %lld layers, d_model %lld, vocabulary %lld) to %s; train "
+      "from it with --checkpoint.init_from=%s\n",
+      a.hf_dir.c_str(), static_cast<long long>(in.spec().n_layer),
+      static_cast<long long>(in.spec().d_model), static_cast<long long>(in.spec().vocab_size),
+      a.out.c_str(), a.out.c_str());
   return 0;
 }
 

@@ -1,10 +1,15 @@
 #pragma once
 #include <ATen/core/ScalarType.h>
 
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "strata/core/config.h"
+#include "strata/core/safetensors.h"
+#include "strata/core/state.h"
 #include "strata/models/flavours.h"
 
 namespace strata {
@@ -24,6 +29,45 @@ struct HfTensor {
 std::vector<HfTensor> gpt2_tensors(const ModelSpec& spec);
 // config.json for GPT2LMHeadModel with this shape (dtype: "float32", "bfloat16", ...).
 nlohmann::json gpt2_config(const ModelSpec& spec, const std::string& dtype);
+
+// A Hugging Face GPT-2 folder (config.json + model.safetensors).
+bool is_hf_folder(const std::string& dir);
+// The Strata shape of a GPT-2 config.json; one error line for what Strata cannot
+// represent (another model type, activation or layer-norm epsilon, n_inner != 4 x n_embd).
+ModelSpec hf_gpt_spec(const std::string& dir, int64_t vocab_multiple);
+// Sets the [model] keys so the run builds the folder's model (a GPT flavour of its shape).
+void apply_hf_model(Config& cfg, const std::string& dir);
+
+// The folder's tensors under Strata's checkpoint names ("model.<name>"), in Strata's
+// layout (Linear weights, vocabulary rows padded with zeros): what checkpoint.init_from
+// and `strata import` read, for any layout's regions.
+class HfGptReader : public PieceReader {
+ public:
+  HfGptReader(const std::string& dir, int64_t vocab_multiple);
+  const ModelSpec& spec() const { return spec_; }
+  bool has(const std::string& name) const override;
+  std::vector<int64_t> global_shape(const std::string& name) const override;
+  void read(const std::string& name, at::Tensor out,
+            const std::vector<int64_t>& offsets = {}) const override;
+  void read_flat(const std::string& name, at::Tensor out, int64_t offset) const override;
+  void read_box_flat(const std::string& name, at::Tensor out, const std::vector<int64_t>& offsets,
+                     const std::vector<int64_t>& box_shape, int64_t offset) const override;
+  // The whole tensor in Strata's layout.
+  at::Tensor full(const std::string& name) const;
+
+ private:
+  ModelSpec spec_;
+  std::unique_ptr<SafeTensorsReader> st_;
+  std::map<std::string, HfTensor> map_;  // "model.<strata name>" -> its HF tensor
+};
+
+// `strata import DIR -o CHECKPOINT_DIR`: a Strata checkpoint (step 0, the weights only)
+// of a Hugging Face GPT-2 folder, for checkpoint.init_from.
+struct ImportArgs {
+  std::string hf_dir, out;
+  int64_t vocab_multiple = 128;
+};
+int run_import(const ImportArgs& a);
 
 // `strata export CHECKPOINT -o DIR --format hf`: model.safetensors + config.json that
 // `transformers` loads, read piece by piece from a checkpoint of any layout (one tensor

@@ -59,6 +59,10 @@ ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data) {
     s.d_model = pick(cfg.d_model, f.d_model);
     s.seq_len = pick(cfg.seq_len, f.seq_len);
     s.vocab_size = pick(cfg.vocab_size, pick(data.vocab_size, f.vocab));
+    STRATA_CHECK(data.vocab_size <= s.vocab_size, "the data's tokenizer has ", data.vocab_size,
+                 " tokens but the model's vocabulary is ", s.vocab_size,
+                 " (model.vocab_size or an imported model); use a model with at least that "
+                 "many or data.source=synthetic");
     s.vocab_multiple = cfg.vocab_multiple;
     s.type_vocab = f.family == Family::kBert ? 2 : 0;
     s.dropout = cfg.dropout;
@@ -101,6 +105,18 @@ nlohmann::json spec_json(const ModelSpec& s) {
           {"vocab_multiple", s.vocab_multiple},
           {"type_vocab", s.type_vocab},
           {"tied_embedding", s.tied_embedding}};
+}
+
+void apply_spec_json(ModelConfig& m, const nlohmann::json& j) {
+  const ModelSpec s = spec_from_json(j);
+  if (!s.flavour.empty()) m.flavour = s.flavour;
+  m.n_layer = s.n_layer;
+  m.n_head = s.n_head;
+  m.d_model = s.d_model;
+  m.seq_len = s.seq_len;
+  m.vocab_size = s.vocab_size;
+  m.vocab_multiple = s.vocab_multiple;
+  m.tied_embedding = s.tied_embedding;
 }
 
 ModelSpec spec_from_json(const nlohmann::json& j) {

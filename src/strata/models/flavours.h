@@ -45,5 +45,7 @@ bool is_language_model(Family f);
 // and back.
 nlohmann::json spec_json(const ModelSpec& spec);
 ModelSpec spec_from_json(const nlohmann::json& j);
+// Sets the [model] keys that build the shape spec_json describes.
+void apply_spec_json(ModelConfig& m, const nlohmann::json& j);
 
 }  // namespace strata

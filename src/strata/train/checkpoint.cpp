@@ -164,6 +164,17 @@ std::vector<std::string> remove_unfinished_checkpoints(const std::string& root) 
   return removed;
 }
 
+std::string locate_checkpoint(const std::string& path) {
+  if (fs::exists(path + "/meta.json")) return path;
+  for (const std::string root : {path, path + "/checkpoints"}) {
+    const std::string dir = resolve_checkpoint(root, "latest");
+    if (!dir.empty()) return dir;
+  }
+  STRATA_FAIL(path,
+              " holds no checkpoint (no meta.json, no latest); give a step-N folder, a "
+              "checkpoint.dir or a run directory");
+}
+
 std::string resolve_checkpoint(const std::string& root, const std::string& spec) {
   if (spec != "latest") {
     STRATA_CHECK(

@@ -37,6 +37,9 @@ void finalize_checkpoint(const std::string& root, int64_t step, const nlohmann::
 // place, so nothing refers to them); returns their paths.
 std::vector<std::string> remove_unfinished_checkpoints(const std::string& root);
 std::string resolve_checkpoint(const std::string& root, const std::string& spec);
+// A step-N folder as given; else a checkpoint root's or a run directory's `latest`; else
+// one error line.
+std::string locate_checkpoint(const std::string& path);
 
 // A contiguous run of a piece in the row-major flattened global tensor: global
 // elements [global, global + length) are the piece's flat elements [local, local +

@@ -27,6 +27,7 @@
 #include "strata/plan/plan.h"
 #include "strata/train/checkpoint.h"
 #include "strata/train/faults.h"
+#include "strata/train/fresh_optimizer.h"
 #include "strata/train/step_trace.h"
 
 namespace strata {
@@ -41,7 +42,8 @@ constexpr double kCpuFlopsPerThread = 2.5e9 * 32;
 
 }  // namespace
 
-Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info_(info) {
+Trainer::Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights)
+    : cfg_(std::move(cfg)), info_(info), open_weights_(std::move(open_weights)) {
   validate_config(cfg_);
   const auto& t = cfg_.training;
   const auto& p = cfg_.parallel;
@@ -71,6 +73,12 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
       info, dims, device, std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)));
   dp_rank_ = mesh_->coord().dp;
 
+  // Note [init_from]: the weights decide the model's shape (a Hugging Face folder's was
+  // applied by the command line).
+  if (!cfg_.checkpoint.init_from.empty() && !open_weights_) {
+    const CheckpointReader src(locate_checkpoint(cfg_.checkpoint.init_from));
+    if (src.meta().contains("model")) apply_spec_json(cfg_.model, src.meta()["model"]);
+  }
   data_ = open_data_source(cfg_);
   // The same checks `strata estimate` makes (Note [one validation path]).
   const RunPlan plan = plan_run(cfg_, info.world_size, data_.shape);
@@ -129,6 +137,8 @@ Trainer::Trainer(Config cfg, const WorldInfo& info) : cfg_(std::move(cfg)), info
     resume("latest");
   } else if (!cfg_.checkpoint.resume.empty()) {
     resume(cfg_.checkpoint.resume);
+  } else if (!cfg_.checkpoint.init_from.empty()) {
+    init_from(cfg_.checkpoint.init_from);
   } else if (restart > 0) {
     log_rank0("restart ", restart, ": no checkpoint under ", ckpt_root_,
               " yet, starting again from step 0");
@@ -355,6 +365,17 @@ void Trainer::save(int64_t step) {
             {"model", spec_json(spec_)},
             {"config", config_toml(cfg_)}};
   save_stats_ = checkpointer_->save(step, components(), meta);
+}
+
+void Trainer::init_from(const std::string& path) {
+  std::unique_ptr<PieceReader> src = open_weights_ ? open_weights_(path, spec_) : nullptr;
+  if (!src) src = std::make_unique<CheckpointReader>(locate_checkpoint(path));
+  // Weights and buffers from the source, the optimizer's state fresh (Note [init_from]);
+  // the model refuses another model's tensors with one line first.
+  FreshOptimizerReader in(*src);
+  pm_.model_state->load_state(in);
+  pm_.optimizer->load_state(in);
+  log_rank0("initialised the weights from ", path, " (optimizer fresh, step 0)");
 }
 
 void Trainer::resume(const std::string& spec) {

@@ -1,5 +1,6 @@
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,7 +39,11 @@ struct TrainSummary {
 // branch: data parallelism is a GradSync, the update an Optimizer (Note [GradSync]).
 class Trainer {
  public:
-  Trainer(Config cfg, const WorldInfo& info);
+  // Opens checkpoint.init_from when it is not a Strata checkpoint (a Hugging Face
+  // folder: interop, a layer above, gives the reader); null: a Strata checkpoint.
+  using WeightsOpener =
+      std::function<std::unique_ptr<PieceReader>(const std::string& path, const ModelSpec& spec)>;
+  Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights = {});
   ~Trainer();
   TrainSummary run();
 
@@ -50,6 +55,7 @@ class Trainer {
   double evaluate();
   void save(int64_t step);
   void resume(const std::string& spec);
+  void init_from(const std::string& path);  // Note [init_from]
   // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
   int agreed_stop_signal();
   double average_over_dp(double v);
@@ -82,6 +88,7 @@ class Trainer {
   std::vector<int64_t> inject_inf_steps_;  // STRATA_INJECT_INF, for tests
   std::optional<Fault> fault_;             // STRATA_FAULT, for tests (Note [fault injection])
   std::unique_ptr<Checkpointer> checkpointer_;
+  WeightsOpener open_weights_;
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
   int64_t rss_base_ = 0;  // process RSS before the model was built
