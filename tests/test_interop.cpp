@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "strata/core/errors.h"
+#include "strata/core/files.h"
 #include "strata/core/safetensors.h"
 #include "strata/interop/hf.h"
 #include "strata/models/build.h"
@@ -196,7 +197,8 @@ TEST(HfImport, Gpt2FromTransformersGivesItsLogitsAndTrainsFromItUnderAnyLayout) 
   // A random GPT2LMHeadModel saved by transformers (vocabulary 1000, padded by Strata to
   // 1024): `strata import` gives a checkpoint whose model has its logits (within 1e-5
   // of the largest), and checkpoint.init_from starts training from it at tp=2 and at
-  // dp=2 ZeRO-3 (lr 1e-30: the step-1 weights are the imported ones, bit for bit).
+  // dp=2 ZeRO-3 (lr 1e-30: the step-1 weights are the imported ones, bit for bit), whose
+  // exports equal the one-process export byte for byte.
   for (const std::string tied : {"true", "false"}) {
     const std::string dir = temp_dir("hf-import-" + tied);
     const std::string hf = dir + "/hf", ck = dir + "/ck";
@@ -258,6 +260,16 @@ TEST(HfImport, Gpt2FromTransformersGivesItsLogitsAndTrainsFromItUnderAnyLayout) 
         trained.read("model." + p.key(), got);
         EXPECT_TRUE(at::equal(got, p.value())) << name << " tied " << tied << ": " << p.key();
       }
+      // Exported from its shards (tp slices, ZeRO-3 flat ranges), the same file as the
+      // one-process checkpoint's export, byte for byte.
+      for (const auto& [src, out] :
+           {std::pair{ck, dir + "/export-one"}, std::pair{run_dir, run_dir + "/export"}}) {
+        auto e = run(strata_bin() + " export " + src + " -o " + out, 60);
+        ASSERT_EQ(e.status, 0) << e.output;
+      }
+      EXPECT_EQ(read_file(run_dir + "/export/model.safetensors"),
+                read_file(dir + "/export-one/model.safetensors"))
+          << name << " tied " << tied;
     }
   }
 }
