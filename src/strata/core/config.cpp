@@ -33,6 +33,8 @@ std::vector<Field> config_fields(Config& c) {
       {"model", "num_classes", &m.num_classes},
       {"model", "hidden", &m.hidden},
       {"data", "source", &d.source},
+      {"data", "eval_path", &d.eval_path},
+      {"data", "token_format", &d.token_format},
       {"data", "path", &d.path},
       {"data", "tokenizer_vocab", &d.tokenizer_vocab},
       {"data", "eval_fraction", &d.eval_fraction},
@@ -304,7 +306,9 @@ void apply_config_args(Config& c, const std::string& path,
 
 void validate_config(const Config& c) {
   const auto& t = c.training;
-  check_one_of("data.source", c.data.source, {"kjv", "text", "fashion-mnist", "synthetic"});
+  check_one_of("data.source", c.data.source,
+               {"kjv", "text", "tokens", "fashion-mnist", "synthetic"});
+  check_one_of("data.token_format", c.data.token_format, {"auto", "llmc", "raw"});
   check_one_of("training.device", t.device, {"cpu", "cuda"});
   check_one_of("logging.progress", c.logging.progress, {"auto", "on", "off"});
   STRATA_CHECK(t.steps > 0, "training.steps=", t.steps, " must be positive");
@@ -341,6 +345,8 @@ void validate_config(const Config& c) {
                " is too small; use at least 64");
   STRATA_CHECK(c.data.source != "text" || !c.data.path.empty(),
                "data.source=text needs data.path=<a UTF-8 text file>");
+  STRATA_CHECK(c.data.source != "tokens" || !c.data.path.empty(),
+               "data.source=tokens needs data.path=<a token file or a glob of shards>");
   STRATA_CHECK(c.parallel.dp >= 0 && c.parallel.tp >= 1 && c.parallel.pp >= 1,
                "parallel.dp must be >= 0 (0: all remaining ranks), tp and pp >= 1");
   STRATA_CHECK(!c.parallel.sequence_parallel || c.parallel.tp > 1,

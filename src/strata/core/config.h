@@ -26,8 +26,10 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string source = "kjv";  // kjv, text, fashion-mnist, synthetic
-  std::string path;            // text: a UTF-8 file; fashion-mnist: folder of IDX files
+  std::string source = "kjv";  // kjv, text, tokens, fashion-mnist, synthetic
+  std::string path;       // text: a UTF-8 file; tokens: a file or glob; fashion-mnist: IDX folder
+  std::string eval_path;  // tokens: held-out file or glob ("": the train tail)
+  std::string token_format = "auto";  // tokens: auto, llmc, raw (Note [token files])
   int64_t tokenizer_vocab = 8192;
   double eval_fraction = 0.05;
   std::string cache_dir;  // "" : $STRATA_CACHE or ~/.cache/strata

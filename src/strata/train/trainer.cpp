@@ -306,17 +306,16 @@ double Trainer::evaluate() {
   if (!data_.eval) return NAN;
   at::NoGradGuard no_grad;
   for (auto& part : pm_.parts) part->eval();
+  // The first eval_batches micro-batches of this replica's share, in order.
   DistributedSampler s(data_.eval->size(), mesh_->dims().dp(), dp_rank_, 0, /*shuffle=*/false);
-  const auto idx = s.epoch_indices(0);
   double sum = 0;
   int64_t n = 0;
   for (int64_t b = 0; b < cfg_.training.eval_batches; ++b) {
-    const auto begin = static_cast<size_t>(b * micro_);
-    if (begin + static_cast<size_t>(micro_) > idx.size()) break;
+    if ((b + 1) * micro_ > s.per_replica()) break;
     MemoryScope scope(Category::kActivations);
     heartbeat::tick();
-    std::vector<int64_t> chunk(idx.begin() + static_cast<int64_t>(begin),
-                               idx.begin() + static_cast<int64_t>(begin) + micro_);
+    std::vector<int64_t> chunk;
+    for (int64_t k = b * micro_; k < (b + 1) * micro_; ++k) chunk.push_back(s.index_at(0, k));
     const Batch batch = to_device(data_.eval->get(chunk));
     AutocastScope autocast(device_.type(), pm_.compute_dtype);
     sum += forward_only(batch);

@@ -11,7 +11,37 @@ uint64_t splitmix64(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+// Element i of a keyed permutation of [0, n) (Note [large datasets]): a 4-round
+// balanced Feistel network on 2h bits (2^2h >= n), repeated while the result is >= n.
+int64_t feistel_permute(int64_t i, int64_t n, uint64_t key) {
+  int h = 1;
+  while ((int64_t{1} << (2 * h)) < n) ++h;
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  auto x = static_cast<uint64_t>(i);
+  do {
+    uint64_t l = x >> h, r = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      uint64_t s = key ^ (r * 0x9e3779b97f4a7c15ull) ^ (round << 56);
+      const uint64_t f = splitmix64(s) & mask;
+      const uint64_t nl = r;
+      r = l ^ f;
+      l = nl;
+    }
+    x = (l << h) | r;
+  } while (x >= static_cast<uint64_t>(n));
+  return static_cast<int64_t>(x);
+}
 }  // namespace
+
+int64_t DistributedSampler::index_at(int64_t epoch, int64_t k) const {
+  const int64_t g = k * replicas_ + rank_;
+  if (!shuffle_) return g;
+  if (size_ > kMaterializeLimit) {
+    uint64_t s = seed_ * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(epoch) + 1;
+    return feistel_permute(g, size_, splitmix64(s));
+  }
+  return epoch_indices(epoch)[static_cast<size_t>(k)];
+}
 
 DistributedSampler::DistributedSampler(int64_t size, int64_t replicas, int64_t rank, uint64_t seed,
                                        bool shuffle)
@@ -45,6 +75,10 @@ std::vector<int64_t> DistributedSampler::next(int64_t n) {
     if (state_.offset >= per_replica_) {
       state_.epoch += 1;
       state_.offset = 0;
+    }
+    if (size_ > kMaterializeLimit || !shuffle_) {
+      out.push_back(index_at(state_.epoch, state_.offset++));
+      continue;
     }
     if (cached_epoch_ != state_.epoch) {
       cached_ = epoch_indices(state_.epoch);

@@ -6,6 +6,7 @@
 #include "strata/core/errors.h"
 #include "strata/train/data/images.h"
 #include "strata/train/data/text.h"
+#include "strata/train/data/token_files.h"
 #include "strata/train/data/tokenizer.h"
 
 namespace strata {
@@ -32,6 +33,8 @@ DataSource open_data_source(const Config& cfg) {
     src.shape.vocab_size = tok.vocab_size();
     src.tokenizer_path = tok.model_path();
     src.description = corpus;
+  } else if (d.source == "tokens") {
+    src.description = d.path;  // the vocabulary is the model's (Note [token files])
   } else if (d.source == "fashion-mnist") {
     src.shape = DataShape{0, 28, 1, 10};
     src.description = d.path.empty() ? kFashionDir : d.path;
@@ -59,6 +62,23 @@ void build_datasets(DataSource& src, const Config& cfg, const ModelSpec& spec) {
       src.eval = std::make_shared<TokenDataset>(tokens, split, n, spec.seq_len, mlm,
                                                 spec.vocab_size, tok.mask_id(), seed + 1);
     src.description += c10::str(" (", n, " tokens, vocabulary ", src.shape.vocab_size, ")");
+  } else if (d.source == "tokens") {
+    STRATA_CHECK(spec.family == Family::kGpt, "data.source=tokens feeds causal language models; ",
+                 "model.flavour=", spec.flavour, " is not a GPT flavour");
+    auto shards = std::make_shared<const TokenShards>(d.path, d.token_format);
+    const bool tail = d.eval_path.empty();
+    auto train = std::make_shared<TokenFileDataset>(shards, spec.seq_len, spec.vocab_size, 0,
+                                                    tail ? 1.0 - d.eval_fraction : 1.0);
+    src.train = train;
+    if (!tail)
+      src.eval = std::make_shared<TokenFileDataset>(
+          std::make_shared<const TokenShards>(d.eval_path, d.token_format), spec.seq_len,
+          spec.vocab_size);
+    else if (d.eval_fraction > 0)
+      src.eval = std::make_shared<TokenFileDataset>(shards, spec.seq_len, spec.vocab_size,
+                                                    1.0 - d.eval_fraction, 1.0);
+    src.description += c10::str(" (", shards->num_shards(), " file(s), ", shards->total_tokens(),
+                                " tokens, ", train->windows(), " windows, memory-mapped)");
   } else if (d.source == "fashion-mnist") {
     STRATA_CHECK(!lm, "data.source=fashion-mnist holds images but model.flavour=", spec.flavour,
                  " is a language model; use resnet-18, resnet-50 or mlp");
