@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "strata/cli/estimate.h"
+#include "strata/cli/generate.h"
 #include "strata/cli/schedule.h"
 #include "strata/core/config.h"
 #include "strata/core/env.h"
@@ -191,6 +192,17 @@ int main(int argc, char** argv) {
   import_cmd->add_option("--vocab-multiple", ia.vocab_multiple,
                          "pad the vocabulary to a multiple of this (model.vocab_multiple)");
 
+  auto* generate = app.add_subcommand(
+      "generate", "sample text from a trained GPT (a run directory or checkpoint of any layout)");
+  strata::GenerateArgs ga;
+  generate->add_option("source", ga.source, "a run directory, checkpoint.dir or step-N folder")
+      ->required();
+  generate->add_option("--prompt", ga.prompt, "the text to continue");
+  generate->add_option("--tokens", ga.tokens, "tokens to sample");
+  generate->add_option("--temperature", ga.temperature, "softmax temperature; 0: greedy");
+  generate->add_option("--top-k", ga.top_k, "sample among the k most likely; 0: all");
+  generate->add_option("--seed", ga.seed, "the sampler's seed");
+
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");
   });
@@ -260,6 +272,7 @@ int main(int argc, char** argv) {
     if (report->parsed()) return strata::run_report(report_dir, report_out);
     if (export_cmd->parsed()) return strata::run_export(xa);
     if (import_cmd->parsed()) return strata::run_import(ia);
+    if (generate->parsed()) return strata::run_generate(ga);
     if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();
