@@ -46,6 +46,42 @@ std::string with_header(const std::string& header, size_t data) {
   return out + header + std::string(data, '\x01');
 }
 
+// Strata's logits (the model in eval mode) against GPT2LMHeadModel's loaded from hf_dir,
+// on n random tokens: the largest |difference|, the largest |logit| and what the
+// script printed. work: a folder for the tokens and the other side's logits.
+struct LogitGap {
+  double diff = 1e9, scale = 0;
+  std::string script;
+};
+LogitGap logits_against_transformers(Model& model, const ModelSpec& spec, const std::string& hf_dir,
+                                     const std::string& work, int64_t n) {
+  model.eval();
+  auto& gpt = dynamic_cast<Gpt&>(model);
+  at::Tensor ids = at::randint(spec.vocab_size, {1, n}, at::kLong);
+  at::Tensor mine;
+  {
+    at::NoGradGuard g;
+    Batch b{ids, ids, {}};
+    mine = gpt.logits(gpt.run_blocks(gpt.embed(b))).narrow(-1, 0, spec.vocab_size).contiguous();
+  }
+  const std::string tokens = work + "/tokens.bin", theirs_path = work + "/hf_logits.bin";
+  std::ofstream(tokens, std::ios::binary)
+      .write(static_cast<const char*>(ids.data_ptr()), static_cast<std::streamsize>(ids.nbytes()));
+  LogitGap gap;
+  auto py = run(std::string(STRATA_PYTHON) + " " + source_dir() + "/tests/interop/hf_logits.py " +
+                    hf_dir + " " + tokens + " " + theirs_path,
+                180);
+  gap.script = py.output;
+  EXPECT_EQ(py.status, 0) << py.output;
+  if (py.status != 0) return gap;
+  at::Tensor theirs = at::empty_like(mine);
+  std::ifstream(theirs_path, std::ios::binary)
+      .read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
+  gap.diff = (mine - theirs).abs().max().item<double>();
+  gap.scale = mine.abs().max().item<double>();
+  return gap;
+}
+
 }  // namespace
 
 TEST(SafeTensors, RoundTripAndEveryKindOfDamageIsOneClearError) {
@@ -147,34 +183,10 @@ TEST(HfExport, TransformersLoadsTheExportAndGivesStratasLogits) {
     CheckpointReader ck(dir + "/checkpoints/step-00000003");
     const ModelSpec spec = spec_from_json(ck.meta()["model"]);
     ASSERT_EQ(spec.padded_vocab(), 9000);
-    auto model = build_model(spec);
-    {
-      at::NoGradGuard g;
-      for (auto& p : model->named_parameters()) ck.read("model." + p.key(), p.value());
-    }
-    model->eval();
-    at::Tensor ids = at::randint(spec.vocab_size, {1, 24}, at::kLong);
-    Batch b{ids, ids, {}};
-    auto& gpt = dynamic_cast<Gpt&>(*model);
-    at::Tensor mine;
-    {
-      at::NoGradGuard g;
-      mine = gpt.logits(gpt.run_blocks(gpt.embed(b))).narrow(-1, 0, spec.vocab_size).contiguous();
-    }
-    const std::string tokens = dir + "/tokens.bin", theirs_path = dir + "/hf_logits.bin";
-    std::ofstream(tokens, std::ios::binary)
-        .write(static_cast<const char*>(ids.data_ptr()),
-               static_cast<std::streamsize>(ids.nbytes()));
-    auto py = run(std::string(STRATA_PYTHON) + " " + source_dir() + "/tests/interop/hf_logits.py " +
-                      out + " " + tokens + " " + theirs_path,
-                  180);
-    ASSERT_EQ(py.status, 0) << py.output;
-    EXPECT_NE(py.output.find("GPT2LMHeadModel (1, 24, 8192)"), std::string::npos) << py.output;
-    at::Tensor theirs = at::empty_like(mine);
-    std::ifstream(theirs_path, std::ios::binary)
-        .read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
-    const double diff = (mine - theirs).abs().max().item<double>();
-    const double scale = mine.abs().max().item<double>();
+    auto model = build_model_from(spec, ck);
+    const LogitGap gap = logits_against_transformers(*model, spec, out, dir, 24);
+    EXPECT_NE(gap.script.find("GPT2LMHeadModel (1, 24, 8192)"), std::string::npos) << gap.script;
+    const double diff = gap.diff, scale = gap.scale;
     std::printf("tied %s: max |logit difference| %.3g (largest logit %.3g)\n", tied.c_str(), diff,
                 scale);
     EXPECT_LT(diff, 1e-5 * scale) << "tied " << tied;
@@ -211,33 +223,9 @@ TEST(HfImport, Gpt2FromTransformersGivesItsLogitsAndTrainsFromItUnderAnyLayout) 
     CheckpointReader imported(ck + "/step-00000000");
     const ModelSpec spec = spec_from_json(imported.meta()["model"]);
     EXPECT_EQ(spec.padded_vocab(), 1024);
-    auto model = build_model(spec);
-    {
-      at::NoGradGuard g;
-      for (auto& p : model->named_parameters()) imported.read("model." + p.key(), p.value());
-    }
-    model->eval();
-    at::Tensor ids = at::randint(spec.vocab_size, {1, 20}, at::kLong);
-    auto& gpt = dynamic_cast<Gpt&>(*model);
-    at::Tensor mine;
-    {
-      at::NoGradGuard g;
-      Batch b{ids, ids, {}};
-      mine = gpt.logits(gpt.run_blocks(gpt.embed(b))).narrow(-1, 0, spec.vocab_size).contiguous();
-    }
-    const std::string tokens = dir + "/tokens.bin", theirs_path = dir + "/hf_logits.bin";
-    std::ofstream(tokens, std::ios::binary)
-        .write(static_cast<const char*>(ids.data_ptr()),
-               static_cast<std::streamsize>(ids.nbytes()));
-    r = run(std::string(STRATA_PYTHON) + " " + source_dir() + "/tests/interop/hf_logits.py " + hf +
-                " " + tokens + " " + theirs_path,
-            180);
-    ASSERT_EQ(r.status, 0) << r.output;
-    at::Tensor theirs = at::empty_like(mine);
-    std::ifstream(theirs_path, std::ios::binary)
-        .read(static_cast<char*>(theirs.data_ptr()), static_cast<std::streamsize>(theirs.nbytes()));
-    const double diff = (mine - theirs).abs().max().item<double>();
-    const double scale = mine.abs().max().item<double>();
+    auto model = build_model_from(spec, imported);
+    const LogitGap gap = logits_against_transformers(*model, spec, hf, dir, 20);
+    const double diff = gap.diff, scale = gap.scale;
     std::printf("import, tied %s: max |logit difference| %.3g (largest logit %.3g)\n", tied.c_str(),
                 diff, scale);
     EXPECT_LT(diff, 1e-5 * scale) << "tied " << tied;

@@ -27,13 +27,11 @@ int run_generate(const GenerateArgs& a) {
   STRATA_CHECK(a.top_k >= 0, "--top-k ", a.top_k, " must be >= 0 (0: the whole vocabulary)");
   const std::string dir = locate_checkpoint(a.source);
   CheckpointReader ck(dir);
-  STRATA_CHECK(ck.meta().contains("model") && ck.meta().contains("config"), "checkpoint ", dir,
-               " does not record its model and config (written before generate existed); resume "
-               "it and save once with this Strata");
-  const ModelSpec spec = spec_from_json(ck.meta()["model"]);
-  STRATA_CHECK(spec.family == Family::kGpt, "checkpoint ", dir, " holds a ",
-               ck.meta()["model"].value("family", "?"),
-               " model; strata generate samples from GPT flavours");
+  const ModelSpec spec =
+      checkpoint_model_spec(ck, Family::kGpt, "strata generate samples from GPT flavours");
+  STRATA_CHECK(ck.meta().contains("config"), "checkpoint ", dir,
+               " does not record its config, which names the tokenizer; resume it and save once "
+               "with this Strata");
   // The run's tokenizer: its config names the corpus, whose tokenizer is cached.
   Config cfg;
   const std::string toml =
@@ -47,11 +45,7 @@ int run_generate(const GenerateArgs& a) {
   const DataSource data = open_data_source(cfg);
   const Tokenizer tok(data.tokenizer_path);
 
-  auto model = build_model(spec);
-  {
-    at::NoGradGuard g;
-    for (auto& p : model->named_parameters()) ck.read("model." + p.key(), p.value());
-  }
+  auto model = build_model_from(spec, ck);
   model->eval();
   auto& gpt = dynamic_cast<Gpt&>(*model);
 

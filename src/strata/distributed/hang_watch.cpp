@@ -19,6 +19,11 @@ std::string collective(const RankBeat& b) {
   return c10::str(b.op, " #", b.seq, " on ", b.axis);
 }
 
+// How long the rank has been in its state now: its age at the last line plus the silence.
+double state_age(const RankBeat& b) {
+  return b.state_s + b.silent_s;
+}
+
 double timeout_s(const RankBeat& b) {
   return static_cast<double>(b.timeout_ms) / 1000.0;
 }
@@ -55,7 +60,7 @@ bool parse_beat(const std::string& line, RankBeat& b) {
 
 std::string describe_beat(const RankBeat& b) {
   if (!b.seen) return "sent no heartbeat (still setting up)";
-  const double age = b.state_s + b.silent_s;
+  const double age = state_age(b);
   std::string s = b.waiting
                       ? c10::str("waiting ", secs(age), " in ", collective(b), " at step ", b.step)
                       : c10::str("computing step ", b.step, " for ", secs(age),
@@ -87,7 +92,7 @@ std::optional<HangVerdict> find_hang(const std::vector<RankBeat>& ranks) {
     }
     if (!b.waiting)
       all_waiting = false;
-    else if (!oldest || b.state_s + b.silent_s > oldest->state_s + oldest->silent_s)
+    else if (!oldest || state_age(b) > state_age(*oldest))
       oldest = &b;
   }
   if (!v.hung.empty()) {
@@ -97,15 +102,14 @@ std::optional<HangVerdict> find_hang(const std::vector<RankBeat>& ranks) {
   }
   // Nobody here computes and one has waited past the threshold: its collective's first
   // timeout is near, and no rank here can be the cause.
-  if (any && all_waiting && oldest &&
-      oldest->state_s + oldest->silent_s > kJudgeAt * timeout_s(*oldest)) {
+  if (any && all_waiting && oldest && state_age(*oldest) > kJudgeAt * timeout_s(*oldest)) {
     // The members of the collective that are not here are the ones not answering.
     const RankBeat& b = *oldest;
     std::vector<int64_t> away;
     for (int64_t r : b.group)
       if (std::none_of(ranks.begin(), ranks.end(), [&](const RankBeat& x) { return x.rank == r; }))
         away.push_back(r);
-    v.cause = c10::str("every rank on this node has waited ", secs(b.state_s + b.silent_s),
+    v.cause = c10::str("every rank on this node has waited ", secs(state_age(b)),
                        " in a collective (rank ", b.rank, ": ", collective(b),
                        b.group.empty() ? "" : " with ranks " + c10::Join(",", b.group), "): ",
                        away.empty() ? std::string("the ranks here wait on each other (mismatched "

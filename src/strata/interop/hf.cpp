@@ -79,13 +79,8 @@ int run_export(const ExportArgs& a) {
   const at::ScalarType dtype = parse_dtype(a.dtype);
   const std::string dir = locate_checkpoint(a.checkpoint);
   CheckpointReader r(dir);
-  STRATA_CHECK(r.meta().contains("model"), "checkpoint ", dir,
-               " does not record its model's shape (written before export existed); resume it "
-               "and save once with this Strata, then export");
-  const ModelSpec spec = spec_from_json(r.meta()["model"]);
-  STRATA_CHECK(spec.family == Family::kGpt, "checkpoint ", dir, " holds a ",
-               r.meta()["model"].value("family", "?"),
-               " model; --format hf exports GPT flavours (GPT2LMHeadModel) so far");
+  const ModelSpec spec = checkpoint_model_spec(
+      r, Family::kGpt, "--format hf exports GPT flavours (GPT2LMHeadModel) so far");
   // The header first: every tensor's shape and place, from the checkpoint's index.
   const auto map = gpt2_tensors(spec);
   std::vector<SafeTensorEntry> entries;

@@ -32,6 +32,13 @@ std::vector<int64_t> zeros_but(size_t dims, size_t d, int64_t v) {
 }
 }  // namespace
 
+std::shared_ptr<Model> build_model_from(const ModelSpec& spec, const PieceReader& in) {
+  auto model = build_model(spec);
+  at::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) in.read("model." + p.key(), p.value());
+  return model;
+}
+
 std::unordered_map<const void*, TpGeometry> tp_geometry(Model& part) {
   std::unordered_map<const void*, TpGeometry> out;
   auto rows = [&](const at::Tensor& t, std::vector<int64_t> global, int64_t groups, int64_t rank) {

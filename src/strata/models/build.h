@@ -14,6 +14,10 @@ namespace strata {
 // be cut; ResNet and the MLP are built whole.
 std::shared_ptr<Model> build_model(const ModelSpec& spec, StageInfo stage = {}, TpContext tp = {});
 
+// The whole model of a spec with every parameter read from "model.<name>" (a checkpoint
+// of any layout, or an imported model), for one process: generation, tests.
+std::shared_ptr<Model> build_model_from(const ModelSpec& spec, const PieceReader& in);
+
 // Where a tensor-parallel slice sits in its global tensor: runs of the local tensor's
 // rows (dim 0) and the box each is in the global tensor. One run for a plain split;
 // three for attention's grouped [q; k; v].

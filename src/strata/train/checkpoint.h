@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "strata/core/state.h"
+#include "strata/models/flavours.h"
 
 namespace strata {
 
@@ -89,5 +90,10 @@ class CheckpointReader : public PieceReader {
   nlohmann::json meta_;
   std::multimap<std::string, Entry> entries_;
 };
+
+// The model shape the checkpoint records (meta.json "model"); one error line when it
+// records none (an older checkpoint) or one of another family (`need` says what the
+// command takes, e.g. "strata generate samples from GPT flavours").
+ModelSpec checkpoint_model_spec(const CheckpointReader& r, Family family, const std::string& need);
 
 }  // namespace strata

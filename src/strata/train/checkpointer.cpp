@@ -41,12 +41,14 @@ Checkpointer::~Checkpointer() {
   }
 }
 
-void Checkpointer::write(int64_t step, const std::vector<TensorPiece>& pieces,
-                         const nlohmann::json& meta) {
-  const std::string tmp = o_.root + "/" + checkpoint_dir_name(step) + ".tmp";
+std::string Checkpointer::tmp_dir(int64_t step) const {
+  return o_.root + "/" + checkpoint_dir_name(step) + ".tmp";
+}
+
+void Checkpointer::write(int64_t step, const std::vector<TensorPiece>& pieces) {
   const bool fault =
       o_.fault && o_.fault->kind == FaultKind::kKillInWrite && o_.fault->step == step;
-  write_shard(tmp, o_.rank, pieces, [&](size_t i) {
+  write_shard(tmp_dir(step), o_.rank, pieces, [&](size_t i) {
     heartbeat::tick();
     if (fault && i == pieces.size() / 2) trigger_fault(*o_.fault);
   });
@@ -57,14 +59,13 @@ nlohmann::json Checkpointer::save(int64_t step, const std::vector<Stateful*>& co
   const auto t0 = Clock::now();
   const int64_t base = memory_stats().total;
   reset_memory_peaks();
-  const std::string tmp = o_.root + "/" + checkpoint_dir_name(step) + ".tmp";
   if (!o_.async) {
     // Every rank writes its own pieces; nobody gathers (Note [component state]).
     std::vector<TensorPiece> pieces;
     for (Stateful* c : components) c->save_state(pieces);
-    if (o_.rank == 0) std::filesystem::create_directories(tmp);
+    if (o_.rank == 0) std::filesystem::create_directories(tmp_dir(step));
     world_.barrier();
-    write(step, pieces, meta);
+    write(step, pieces);
     pieces.clear();
     world_.barrier();
     if (o_.rank == 0) finalize_checkpoint(o_.root, step, meta, o_.keep);
@@ -89,8 +90,7 @@ nlohmann::json Checkpointer::save(int64_t step, const std::vector<Stateful*>& co
   writer_ = std::thread([this, step, meta, bytes, started, pieces = std::move(pieces)]() mutable {
     try {
       const std::string key = "strata/checkpoint/" + std::to_string(step);
-      std::filesystem::create_directories(o_.root + "/" + checkpoint_dir_name(step) + ".tmp");
-      write(step, pieces, meta);
+      write(step, pieces);  // write_shard makes the folder
       pieces.clear();
       store_->add(key, 1);
       if (o_.rank == 0) {

@@ -45,7 +45,8 @@ class Checkpointer {
   void wait();
 
  private:
-  void write(int64_t step, const std::vector<TensorPiece>& pieces, const nlohmann::json& meta);
+  std::string tmp_dir(int64_t step) const;  // where step's files go until renamed
+  void write(int64_t step, const std::vector<TensorPiece>& pieces);
   Options o_;
   Comm& world_;
   c10::intrusive_ptr<c10d::Store> store_;

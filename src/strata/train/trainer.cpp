@@ -69,15 +69,17 @@ Trainer::Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights)
     device_ = at::Device(c10::DeviceType::CUDA, index);
     c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device_);
   }
-  mesh_ = std::make_unique<Mesh>(
-      info, dims, device, std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)));
+  mesh_ = std::make_unique<Mesh>(info, dims, device, timeout());
   dp_rank_ = mesh_->coord().dp;
 
   // Note [init_from]: the weights decide the model's shape (a Hugging Face folder's was
   // applied by the command line).
+  // The source is opened once: its index serves the shape now and the weights later.
+  std::unique_ptr<PieceReader> init_source;
   if (!cfg_.checkpoint.init_from.empty() && !open_weights_) {
-    const CheckpointReader src(locate_checkpoint(cfg_.checkpoint.init_from));
-    if (src.meta().contains("model")) apply_spec_json(cfg_.model, src.meta()["model"]);
+    auto src = std::make_unique<CheckpointReader>(locate_checkpoint(cfg_.checkpoint.init_from));
+    if (src->meta().contains("model")) apply_spec_json(cfg_.model, src->meta()["model"]);
+    init_source = std::move(src);
   }
   data_ = open_data_source(cfg_);
   // The same checks `strata estimate` makes (Note [one validation path]).
@@ -125,9 +127,8 @@ Trainer::Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights)
                 ": an unfinished checkpoint of a run that stopped while writing it");
   fault_ = fault_from_env(info.rank);
   checkpointer_ = std::make_unique<Checkpointer>(
-      Checkpointer::Options{
-          ckpt_root_, cfg_.checkpoint.keep, cfg_.checkpoint.async, info.rank, info.world_size,
-          std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000)), fault_},
+      Checkpointer::Options{ckpt_root_, cfg_.checkpoint.keep, cfg_.checkpoint.async, info.rank,
+                            info.world_size, timeout(), fault_},
       mesh_->comm(Axis::kWorld), mesh_->store());
   // Note [restarts]: a rank the launcher started again resumes from the newest complete
   // checkpoint, whatever the config named (that one may be older than what the run
@@ -138,7 +139,7 @@ Trainer::Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights)
   } else if (!cfg_.checkpoint.resume.empty()) {
     resume(cfg_.checkpoint.resume);
   } else if (!cfg_.checkpoint.init_from.empty()) {
-    init_from(cfg_.checkpoint.init_from);
+    init_from(cfg_.checkpoint.init_from, std::move(init_source));
   } else if (restart > 0) {
     log_rank0("restart ", restart, ": no checkpoint under ", ckpt_root_,
               " yet, starting again from step 0");
@@ -366,9 +367,12 @@ void Trainer::save(int64_t step) {
   save_stats_ = checkpointer_->save(step, components(), meta);
 }
 
-void Trainer::init_from(const std::string& path) {
-  std::unique_ptr<PieceReader> src = open_weights_ ? open_weights_(path, spec_) : nullptr;
-  if (!src) src = std::make_unique<CheckpointReader>(locate_checkpoint(path));
+std::chrono::milliseconds Trainer::timeout() const {
+  return std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
+}
+
+void Trainer::init_from(const std::string& path, std::unique_ptr<PieceReader> src) {
+  if (!src) src = open_weights_(path, spec_);  // a Hugging Face folder
   // Weights and buffers from the source, the optimizer's state fresh (Note [init_from]);
   // the model refuses another model's tensors with one line first.
   FreshOptimizerReader in(*src);
@@ -437,8 +441,7 @@ TrainSummary Trainer::run() {
   auto run_start = std::chrono::steady_clock::now();
   CommStats::get().take();
   // Note [heartbeat]: from here on the launcher watches this rank's progress.
-  heartbeat::start(info_.rank,
-                   std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000)));
+  heartbeat::start(info_.rank, timeout());
   heartbeat::started(start_step_);
   for (int64_t step = start_step_; step < t.steps; ++step) {
     heartbeat::set_step(step + 1);

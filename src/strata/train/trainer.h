@@ -55,7 +55,9 @@ class Trainer {
   double evaluate();
   void save(int64_t step);
   void resume(const std::string& spec);
-  void init_from(const std::string& path);  // Note [init_from]
+  // Note [init_from]; src: the checkpoint already opened, or null for open_weights_.
+  void init_from(const std::string& path, std::unique_ptr<PieceReader> src);
+  std::chrono::milliseconds timeout() const;  // parallel.timeout_s
   // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
   int agreed_stop_signal();
   double average_over_dp(double v);

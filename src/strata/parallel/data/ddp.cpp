@@ -79,8 +79,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   // registration order approximates the order gradients become ready.
   std::vector<int64_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(params_.size() - 1 - i);
-  build_buckets(plan_buckets(order));
-  bucket_order_ = order;
+  set_bucket_order(order);
 
   ready_hooks_ =
       std::make_unique<GradReadyHooks>(params_, names_, [this](int64_t i) { mark_ready(i); });
@@ -311,15 +310,20 @@ void DistributedDataParallel::rebuild_from_ready_order() {
   at::Tensor t = at::tensor(order, at::kLong);
   comm_.broadcast(t, 0).wait();
   order.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
-  std::vector<std::vector<int64_t>> current;
-  for (auto& b : buckets_) current.push_back(b.params);
+  if (set_bucket_order(order))
+    log_rank0("DDP: buckets rebuilt in the order gradients became ready (", buckets_.size(),
+              " buckets)");
+}
+
+bool DistributedDataParallel::set_bucket_order(const std::vector<int64_t>& order) {
   bucket_order_ = order;
   auto plan = plan_buckets(order);
-  if (plan == current) return;
+  std::vector<std::vector<int64_t>> current;
+  for (auto& b : buckets_) current.push_back(b.params);
+  if (plan == current) return false;
   buckets_.clear();  // every .grad is undefined here: nothing to carry over
   build_buckets(plan);
-  log_rank0("DDP: buckets rebuilt in the order gradients became ready (", buckets_.size(),
-            " buckets)");
+  return true;
 }
 
 // Note [bucket order in checkpoints]: a bucket's elements are summed in an order set by
@@ -353,9 +357,7 @@ void DistributedDataParallel::load_state(const PieceReader& in) {
     if (i < 0 || i >= n || seen[static_cast<size_t>(i)]++) return;  // not a permutation
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& p : params_) p.mutable_grad() = at::Tensor();
-  buckets_.clear();
-  build_buckets(plan_buckets(order));
-  bucket_order_ = order;
+  set_bucket_order(order);
   rebuilt_ = true;
   rebuild_pending_ = false;
   ready_order_.clear();

@@ -155,6 +155,9 @@ class DistributedDataParallel : public GradSync {
   std::vector<int64_t> ready_order_;
   std::vector<int64_t> bucket_order_;  // what the buckets were last planned from
   std::string state_name() const;
+  // Plans the buckets from a parameter order and builds them unless they are already
+  // so (no gradient may be live); true when they changed.
+  bool set_bucket_order(const std::vector<int64_t>& order);
   bool rebuilt_ = false;
   bool rebuild_pending_ = false;  // Note [bucket rebuild]
   std::chrono::steady_clock::time_point backward_end_;

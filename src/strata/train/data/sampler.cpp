@@ -37,10 +37,18 @@ int64_t DistributedSampler::index_at(int64_t epoch, int64_t k) const {
   const int64_t g = k * replicas_ + rank_;
   if (!shuffle_) return g;
   if (size_ > kMaterializeLimit) {
-    uint64_t s = seed_ * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(epoch) + 1;
+    uint64_t s = epoch_key(epoch);
     return feistel_permute(g, size_, splitmix64(s));
   }
-  return epoch_indices(epoch)[static_cast<size_t>(k)];
+  if (cached_epoch_ != epoch) {  // the epoch's shuffle, built once
+    cached_ = epoch_indices(epoch);
+    cached_epoch_ = epoch;
+  }
+  return cached_[static_cast<size_t>(k)];
+}
+
+uint64_t DistributedSampler::epoch_key(int64_t epoch) const {
+  return seed_ * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(epoch) + 1;
 }
 
 DistributedSampler::DistributedSampler(int64_t size, int64_t replicas, int64_t rank, uint64_t seed,
@@ -56,7 +64,7 @@ std::vector<int64_t> DistributedSampler::epoch_indices(int64_t epoch) const {
   std::vector<int64_t> perm(static_cast<size_t>(size_));
   for (int64_t i = 0; i < size_; ++i) perm[static_cast<size_t>(i)] = i;
   if (shuffle_) {
-    uint64_t state = seed_ * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(epoch) + 1;
+    uint64_t state = epoch_key(epoch);
     for (int64_t i = size_ - 1; i > 0; --i) {
       auto j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(i + 1));
       std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
@@ -76,15 +84,7 @@ std::vector<int64_t> DistributedSampler::next(int64_t n) {
       state_.epoch += 1;
       state_.offset = 0;
     }
-    if (size_ > kMaterializeLimit || !shuffle_) {
-      out.push_back(index_at(state_.epoch, state_.offset++));
-      continue;
-    }
-    if (cached_epoch_ != state_.epoch) {
-      cached_ = epoch_indices(state_.epoch);
-      cached_epoch_ = state_.epoch;
-    }
-    out.push_back(cached_[static_cast<size_t>(state_.offset++)]);
+    out.push_back(index_at(state_.epoch, state_.offset++));
   }
   return out;
 }

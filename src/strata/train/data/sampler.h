@@ -40,8 +40,10 @@ class DistributedSampler {
   uint64_t seed_;
   bool shuffle_;
   State state_;
-  int64_t cached_epoch_ = -1;
-  std::vector<int64_t> cached_;
+  uint64_t epoch_key(int64_t epoch) const;  // the shuffle's seed for an epoch
+  // This replica's indices of one epoch (small datasets): index_at's cache.
+  mutable int64_t cached_epoch_ = -1;
+  mutable std::vector<int64_t> cached_;
 };
 
 }  // namespace strata
