@@ -70,8 +70,10 @@ std::string temp_dir(const std::string& name) {
 std::vector<nlohmann::json> read_metrics(const std::string& metrics_path) {
   std::vector<nlohmann::json> out;
   std::ifstream in(metrics_path);
+  // A line without its newline is a record still being written (tests poll the file
+  // of a running job): it is left for the next read.
   for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+    if (!line.empty() && !in.eof()) out.push_back(nlohmann::json::parse(line));
   return out;
 }
 

@@ -11,10 +11,10 @@ namespace strata {
 // Note [stage profile]: `auto` balances stages by costs measured on this machine
 // rather than by FLOP counts, which miss what does not scale with them (the head's
 // softmax and loss over a large vocabulary, memory-bound kernels, per-op overhead at
-// small shapes). Three parts are built and timed over one micro-batch's forward and
-// backward (the median of `repeats` after one warm-up pass): the first stage's part
-// with one and with two blocks (their difference is a block, the rest the embedding)
-// and the last stage's part with one block (less the block: the head and loss). Blocks
+// small shapes). Three one-block parts are built and timed over one micro-batch's
+// forward and backward, in turn (the median of `repeats` after one warm-up pass): a
+// middle stage's (a block), the first stage's (less the block: the embedding) and the
+// last stage's (less the block: the head and loss). Blocks
 // of one model have one shape, so one block's time stands for all. The caller makes
 // every rank agree (one set of costs, or the partitions would differ).
 StageCosts profile_stage_costs(const ModelSpec& spec, int64_t micro_batch, at::Device device,
