@@ -46,9 +46,10 @@ std::string with_header(const std::string& header, size_t data) {
   return out + header + std::string(data, '\x01');
 }
 
-// Strata's logits (the model in eval mode) against GPT2LMHeadModel's loaded from hf_dir,
-// on n random tokens: the largest |difference|, the largest |logit| and what the
-// script printed. work: a folder for the tokens and the other side's logits.
+// Strata's logits (the model in eval mode) against those of the transformers model
+// loaded from hf_dir (GPT2LMHeadModel or BertForMaskedLM), on n random tokens: the
+// largest |difference|, the largest |logit| and what the script printed. work: a folder
+// for the tokens and the other side's logits.
 struct LogitGap {
   double diff = 1e9, scale = 0;
   std::string script;
@@ -56,13 +57,15 @@ struct LogitGap {
 LogitGap logits_against_transformers(Model& model, const ModelSpec& spec, const std::string& hf_dir,
                                      const std::string& work, int64_t n) {
   model.eval();
-  auto& gpt = dynamic_cast<Gpt&>(model);
   at::Tensor ids = at::randint(spec.vocab_size, {1, n}, at::kLong);
   at::Tensor mine;
   {
     at::NoGradGuard g;
     Batch b{ids, ids, {}};
-    mine = gpt.logits(gpt.run_blocks(gpt.embed(b))).narrow(-1, 0, spec.vocab_size).contiguous();
+    at::Tensor x = model.run_blocks(model.embed(b));
+    mine = spec.family == Family::kGpt ? dynamic_cast<Gpt&>(model).logits(x)
+                                       : dynamic_cast<Bert&>(model).logits(x);
+    mine = mine.narrow(-1, 0, spec.vocab_size).contiguous();
   }
   const std::string tokens = work + "/tokens.bin", theirs_path = work + "/hf_logits.bin";
   std::ofstream(tokens, std::ios::binary)
@@ -149,20 +152,32 @@ TEST(SafeTensors, RoundTripAndEveryKindOfDamageIsOneClearError) {
   EXPECT_NE(open_error(dir + "/cut.safetensors").find("tensor 'c' spans bytes"), std::string::npos);
 }
 
-TEST(HfExport, Gpt2NamesCoverTheModelsParametersOnce) {
-  for (bool tied : {true, false}) {
+TEST(HfExport, NamesCoverTheModelsParametersOnceAtTheirShapes) {
+  // GPT tied and untied, and BERT (whose q, k and v are three parts of one tensor).
+  for (const auto& [family, tied] : std::vector<std::pair<Family, bool>>{
+           {Family::kGpt, true}, {Family::kGpt, false}, {Family::kBert, true}}) {
     ModelSpec s;
-    s.family = Family::kGpt;
+    s.family = family;
     s.n_layer = 2, s.n_head = 2, s.d_model = 16, s.seq_len = 8, s.vocab_size = 50;
+    s.type_vocab = family == Family::kBert ? 2 : 0;
     s.vocab_multiple = 64;
     s.tied_embedding = tied;
+    const std::string what = family == Family::kGpt ? "gpt" : "bert";
     auto model = build_model(s);
     std::map<std::string, int> seen;
-    for (const auto& t : gpt2_tensors(s)) ++seen[t.strata_name];
+    std::map<std::string, std::vector<int64_t>> shape;
+    for (const auto& t : hf_tensors(s)) {
+      seen[t.strata_name] += t.part == 0;
+      shape[t.strata_name] = t.shape;
+      EXPECT_EQ(t.shape[0] % t.parts, 0) << t.hf_name;
+    }
     std::vector<std::string> params;
     for (const auto& p : model->named_parameters()) params.push_back(p.key());
-    EXPECT_EQ(seen.size(), params.size()) << "tied " << tied;
-    for (const auto& p : params) EXPECT_EQ(seen[p], 1) << p << " (tied " << tied << ")";
+    EXPECT_EQ(seen.size(), params.size()) << what << " tied " << tied;
+    for (const auto& p : model->named_parameters()) {
+      EXPECT_EQ(seen[p.key()], 1) << p.key() << " (" << what << " tied " << tied << ")";
+      EXPECT_EQ(shape[p.key()], p.value().sizes().vec()) << p.key() << " (" << what << ")";
+    }
   }
 }
 
@@ -199,10 +214,10 @@ TEST(HfExport, BadInputIsOneClearLine) {
                         "holds no checkpoint (no meta.json, no latest)");
   expect_one_error_line(strata_bin() + " export " + dir + " -o " + dir + "/out --dtype fp8",
                         "--dtype fp8 is not one of fp32, bf16, fp16");
-  const std::string bert =
-      train_ok("hf-export-bert", "--model.flavour=bert-debug --training.steps=1");
-  expect_one_error_line(strata_bin() + " export " + bert + " -o " + dir + "/out",
-                        "model; --format hf exports GPT flavours (GPT2LMHeadModel) so far");
+  const std::string mlp =
+      train_ok("hf-export-mlp", "--model.flavour=mlp --data.source=synthetic --training.steps=1");
+  expect_one_error_line(strata_bin() + " export " + mlp + " -o " + dir + "/out",
+                        "model; --format hf exports GPT and BERT flavours");
 }
 
 TEST(HfImport, Gpt2FromTransformersGivesItsLogitsAndTrainsFromItUnderAnyLayout) {
@@ -259,5 +274,99 @@ TEST(HfImport, Gpt2FromTransformersGivesItsLogitsAndTrainsFromItUnderAnyLayout) 
                 read_file(dir + "/export-one/model.safetensors"))
           << name << " tied " << tied;
     }
+  }
+}
+
+TEST(HfBert, ExportLoadsAsBertForMaskedLMAndImportGivesTransformersLogits) {
+  // Out: a bert-debug trained 3 steps (vocabulary 8192 padded to 9000 rows), exported,
+  // loaded as BertForMaskedLM: its logits on 24 tokens equal Strata's within 1e-5 of
+  // the largest. In: a random BertForMaskedLM saved by transformers (exact GELU,
+  // layer-norm eps 1e-12, no pooler) imported: the same, and init_from the folder at
+  // tp=2 starts from its weights bit for bit and exports the one-process file.
+  const std::string dir = train_ok("hf-bert-export",
+                                   "--model.flavour=bert-debug --training.steps=3 "
+                                   "--model.n_layer=2 --model.seq_len=32 "
+                                   "--model.vocab_multiple=1000 --model.dropout=0");
+  auto r = run(strata_bin() + " export " + dir + " -o " + dir + "/hf", 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("as BertForMaskedLM"), std::string::npos) << r.output;
+  {
+    CheckpointReader ck(dir + "/checkpoints/step-00000003");
+    const ModelSpec spec = spec_from_json(ck.meta()["model"]);
+    auto model = build_model_from(spec, ck);
+    const LogitGap gap = logits_against_transformers(*model, spec, dir + "/hf", dir, 24);
+    EXPECT_NE(gap.script.find("BertForMaskedLM (1, 24, 8192)"), std::string::npos) << gap.script;
+    std::printf("bert export: max |logit difference| %.3g (largest logit %.3g)\n", gap.diff,
+                gap.scale);
+    EXPECT_LT(gap.diff, 1e-5 * gap.scale);
+  }
+
+  const std::string in = temp_dir("hf-bert-import");
+  const std::string hf = in + "/hf", ck = in + "/ck";
+  r = run(std::string(STRATA_PYTHON) + " " + source_dir() + "/tests/interop/hf_make_bert.py " + hf,
+          180);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(strata_bin() + " import " + hf + " -o " + ck, 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("(BERT: 2 layers, d_model 64, vocabulary 1000)"), std::string::npos)
+      << r.output;
+  CheckpointReader imported(ck + "/step-00000000");
+  const ModelSpec spec = spec_from_json(imported.meta()["model"]);
+  ASSERT_EQ(spec.family, Family::kBert);
+  EXPECT_EQ(spec.padded_vocab(), 1024);
+  auto model = build_model_from(spec, imported);
+  const LogitGap gap = logits_against_transformers(*model, spec, hf, in, 20);
+  std::printf("bert import: max |logit difference| %.3g (largest logit %.3g)\n", gap.diff,
+              gap.scale);
+  EXPECT_LT(gap.diff, 1e-5 * gap.scale);
+
+  const std::string run_dir =
+      train_ok("hf-bert-init-tp2",
+               "--nproc 2 --parallel.tp=2 --data.source=synthetic --training.steps=1 "
+               "--training.batch_size=4 --training.lr=1e-30 --training.min_lr=1e-30 "
+               "--model.dropout=0 --checkpoint.init_from=" +
+                   hf);
+  CheckpointReader trained(run_dir + "/checkpoints/step-00000001");
+  for (auto& p : model->named_parameters()) {
+    at::Tensor got = at::empty_like(p.value());
+    trained.read("model." + p.key(), got);
+    EXPECT_TRUE(at::equal(got, p.value())) << p.key();
+  }
+  for (const auto& [src, out] :
+       {std::pair{ck, in + "/export-one"}, std::pair{run_dir, run_dir + "/export"}}) {
+    auto e = run(strata_bin() + " export " + src + " -o " + out, 60);
+    ASSERT_EQ(e.status, 0) << e.output;
+  }
+  EXPECT_EQ(read_file(run_dir + "/export/model.safetensors"),
+            read_file(in + "/export-one/model.safetensors"));
+}
+
+TEST(HfImport, FoldersStrataCannotRepresentAreOneClearLine) {
+  // A config that disagrees with its weights, and BERT settings Strata's BERT lacks.
+  const std::string dir = temp_dir("hf-import-bad");
+  const std::string hf = dir + "/hf";
+  auto r =
+      run(std::string(STRATA_PYTHON) + " " + source_dir() + "/tests/interop/hf_make_bert.py " + hf,
+          180);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string good = read_file(hf + "/config.json");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string c = good;
+    const auto at = c.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) c.replace(at, from.size(), to);
+    write_file_atomic(hf + "/config.json", c);
+  };
+  const std::vector<std::tuple<std::string, std::string, std::string>> bad = {
+      {"\"vocab_size\": 1000", "\"vocab_size\": 1200",
+       "holds bert.embeddings.word_embeddings.weight of shape [1000, 64] but its config.json "
+       "makes it [1200, 64]"},
+      {"\"hidden_act\": \"gelu\"", "\"hidden_act\": \"relu\"", "uses hidden_act 'relu'"},
+      {"\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 1e-05", "has layer_norm_eps 1e-05"},
+      {"\"model_type\": \"bert\"", "\"model_type\": \"llama\"", "has model_type 'llama'"},
+  };
+  for (const auto& [from, to, message] : bad) {
+    with(from, to);
+    expect_one_error_line(strata_bin() + " import " + hf + " -o " + dir + "/ck", message);
   }
 }

@@ -28,7 +28,7 @@ int run_generate(const GenerateArgs& a) {
   const std::string dir = locate_checkpoint(a.source);
   CheckpointReader ck(dir);
   const ModelSpec spec =
-      checkpoint_model_spec(ck, Family::kGpt, "strata generate samples from GPT flavours");
+      checkpoint_model_spec(ck, {Family::kGpt}, "strata generate samples from GPT flavours");
   STRATA_CHECK(ck.meta().contains("config"), "checkpoint ", dir,
                " does not record its config, which names the tokenizer; resume it and save once "
                "with this Strata");

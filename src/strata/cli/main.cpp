@@ -59,7 +59,7 @@ int run_train(const std::string& config_path, int64_t nproc, int64_t max_restart
   if (!cfg.checkpoint.init_from.empty() && is_hf_folder(cfg.checkpoint.init_from)) {
     apply_hf_model(cfg, cfg.checkpoint.init_from);
     opener = [](const std::string& dir, const ModelSpec& spec) -> std::unique_ptr<PieceReader> {
-      return std::make_unique<HfGptReader>(dir, spec.vocab_multiple);
+      return std::make_unique<HfReader>(dir, spec.vocab_multiple);
     };
   }
   Trainer trainer(cfg, info, opener);
@@ -181,11 +181,11 @@ int main(int argc, char** argv) {
   export_cmd->add_option("checkpoint", xa.checkpoint, "a step-N folder, checkpoint.dir or run dir")
       ->required();
   export_cmd->add_option("-o,--output", xa.out, "the folder to write")->required();
-  export_cmd->add_option("--format", xa.format, "hf (GPT2LMHeadModel)");
+  export_cmd->add_option("--format", xa.format, "hf (GPT2LMHeadModel or BertForMaskedLM)");
   export_cmd->add_option("--dtype", xa.dtype, "fp32, bf16 or fp16");
 
   auto* import_cmd = app.add_subcommand(
-      "import", "make a Strata checkpoint of a Hugging Face GPT-2 folder (for init_from)");
+      "import", "make a Strata checkpoint of a Hugging Face GPT-2 or BERT folder (for init_from)");
   strata::ImportArgs ia;
   import_cmd->add_option("hf_dir", ia.hf_dir, "config.json + model.safetensors")->required();
   import_cmd->add_option("-o,--output", ia.out, "the checkpoint folder to write")->required();

@@ -15,35 +15,52 @@
 namespace strata {
 
 // Note [Hugging Face names]: how a Strata GPT's tensors are GPT-2's in `transformers`
-// (GPT2LMHeadModel). The names differ (block3.attn.qkv -> transformer.h.3.attn.c_attn),
-// GPT-2's linears are Conv1D, whose weight is the transpose of a Linear's, the
-// embedding holds the real vocabulary (Strata pads it to model.vocab_multiple: the
-// padded rows are dropped), and a tied head is no tensor of its own. Pure: tested
-// against the model's own parameter list.
+// (GPT2LMHeadModel) and a Strata BERT's are BertForMaskedLM's. The names differ
+// (block3.attn.qkv -> transformer.h.3.attn.c_attn), GPT-2's linears are Conv1D, whose
+// weight is the transpose of a Linear's, BERT keeps query, key and value apart where
+// Strata fuses them as [q; k; v] (three row blocks of one tensor), the embedding holds
+// the real vocabulary (Strata pads it to model.vocab_multiple: the padded rows are
+// dropped), and a tied head is no tensor of its own. BERT's pooler is written too
+// (BertForMaskedLM ignores it, the published checkpoints carry it); a folder without
+// it imports a zero pooler, which masked-LM training never reads. Pure: tested against
+// the model's own parameter list.
 struct HfTensor {
   std::string strata_name;  // the model's parameter name (checkpoint piece "model.<name>")
   std::string hf_name;
-  bool transpose = false;   // Conv1D weight
-  bool vocab_rows = false;  // keep the first vocab_size rows
+  bool transpose = false;      // Conv1D weight
+  bool vocab_rows = false;     // keep the first vocab_size rows
+  int part = 0, parts = 1;     // the part-th of `parts` equal row blocks of the Strata tensor
+  bool optional = false;       // a folder may lack it (imported as zeros)
+  std::vector<int64_t> shape;  // the Strata tensor's shape (vocabulary rows padded)
 };
 std::vector<HfTensor> gpt2_tensors(const ModelSpec& spec);
-// config.json for GPT2LMHeadModel with this shape (dtype: "float32", "bfloat16", ...).
+std::vector<HfTensor> bert_tensors(const ModelSpec& spec);
+// The table of the spec's family (GPT or BERT); one error line for another family.
+std::vector<HfTensor> hf_tensors(const ModelSpec& spec);
+// The Hugging Face tensor's shape, from t.shape: fewer rows, one part, transposed.
+std::vector<int64_t> hf_shape(const HfTensor& t, const ModelSpec& spec);
+// config.json for GPT2LMHeadModel or BertForMaskedLM with this shape (dtype: "float32",
+// "bfloat16", ...).
 nlohmann::json gpt2_config(const ModelSpec& spec, const std::string& dtype);
+nlohmann::json bert_config(const ModelSpec& spec, const std::string& dtype);
 
-// A Hugging Face GPT-2 folder (config.json + model.safetensors).
+// A Hugging Face folder (config.json + model.safetensors).
 bool is_hf_folder(const std::string& dir);
-// The Strata shape of a GPT-2 config.json; one error line for what Strata cannot
-// represent (another model type, activation or layer-norm epsilon, n_inner != 4 x n_embd).
-ModelSpec hf_gpt_spec(const std::string& dir, int64_t vocab_multiple);
-// Sets the [model] keys so the run builds the folder's model (a GPT flavour of its shape).
+// The Strata shape of a GPT-2 or BERT config.json; one error line for what Strata cannot
+// represent (another model type, activation or layer-norm epsilon, an MLP other than
+// 4 x the width, ...).
+ModelSpec hf_spec(const std::string& dir, int64_t vocab_multiple);
+// Sets the [model] keys so the run builds the folder's model (a GPT or BERT flavour of
+// its shape).
 void apply_hf_model(Config& cfg, const std::string& dir);
 
 // The folder's tensors under Strata's checkpoint names ("model.<name>"), in Strata's
-// layout (Linear weights, vocabulary rows padded with zeros): what checkpoint.init_from
-// and `strata import` read, for any layout's regions.
-class HfGptReader : public PieceReader {
+// layout (Linear weights, q, k and v fused, vocabulary rows padded with zeros): what
+// checkpoint.init_from and `strata import` read, for any layout's regions. Every
+// tensor's shape is checked against the config at open.
+class HfReader : public PieceReader {
  public:
-  HfGptReader(const std::string& dir, int64_t vocab_multiple);
+  HfReader(const std::string& dir, int64_t vocab_multiple);
   const ModelSpec& spec() const { return spec_; }
   bool has(const std::string& name) const override;
   std::vector<int64_t> global_shape(const std::string& name) const override;
@@ -58,11 +75,12 @@ class HfGptReader : public PieceReader {
  private:
   ModelSpec spec_;
   std::unique_ptr<SafeTensorsReader> st_;
-  std::map<std::string, HfTensor> map_;  // "model.<strata name>" -> its HF tensor
+  // "model.<strata name>" -> its HF tensors (parts in order)
+  std::map<std::string, std::vector<HfTensor>> map_;
 };
 
 // `strata import DIR -o CHECKPOINT_DIR`: a Strata checkpoint (step 0, the weights only)
-// of a Hugging Face GPT-2 folder, for checkpoint.init_from.
+// of a Hugging Face GPT-2 or BERT folder, for checkpoint.init_from.
 struct ImportArgs {
   std::string hf_dir, out;
   int64_t vocab_multiple = 128;

@@ -28,8 +28,10 @@ double transformer_flops_per_token(const ModelSpec& s) {
 }
 
 namespace {
-BlockShape block_shape(const ModelSpec& spec, bool causal, TpContext tp) {
-  return {spec.d_model, spec.n_head, spec.dropout, causal, spec.n_layer, tp};
+BlockShape block_shape(const ModelSpec& spec, TpContext tp) {
+  const bool bert = spec.family == Family::kBert;  // Note [GPT and BERT numerics]
+  return {spec.d_model, spec.n_head, spec.dropout,           /*causal=*/!bert,
+          spec.n_layer, tp,          bert ? "none" : "tanh", bert ? 1e-12 : 1e-5};
 }
 
 // Builds unit by unit in the whole model's order (Note [layer init]): a unit this part
@@ -75,7 +77,7 @@ Gpt::Gpt(const ModelSpec& spec, StageInfo stage, TpContext tp)
   auto wpe_ptr = b.unit<nn::EmbeddingImpl>(first, "wpe", embedding(spec.seq_len, spec.d_model));
   if (wpe_ptr) wpe = nn::Embedding(wpe_ptr);
   if (first) drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
-  const BlockShape shape = block_shape(spec, /*causal=*/true, tp);
+  const BlockShape shape = block_shape(spec, tp);
   for (int64_t i = 0; i < L; ++i) {
     auto blk = b.unit<GptBlock>(stage.holds(i, L), "block" + std::to_string(i),
                                 [&] { return std::make_shared<GptBlock>(shape); });
@@ -146,7 +148,7 @@ Bert::Bert(const ModelSpec& spec, StageInfo stage, TpContext tp)
     ln_emb = ln("ln_emb");
     drop = register_module("drop", std::make_shared<Dropout>(spec.dropout));
   }
-  const BlockShape shape = block_shape(spec, /*causal=*/false, tp);
+  const BlockShape shape = block_shape(spec, tp);
   for (int64_t i = 0; i < L; ++i) {
     auto blk = b.unit<BertBlock>(stage.holds(i, L), "block" + std::to_string(i),
                                  [&] { return std::make_shared<BertBlock>(shape); });
@@ -185,12 +187,16 @@ at::Tensor Bert::embed(const Batch& b) {
   return stream_dropout(*drop, stream_norm(ln_emb, e, tp_), tp_);
 }
 
-at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
+at::Tensor Bert::logits(const at::Tensor& x) {
   at::Tensor h = stream_norm(mlm_ln, at::gelu(mlm_dense->forward(x)), tp_);
   if (tp_.regions)
     h = tp_.sequence_parallel ? tp_.regions->gather_for_tp(h) : tp_.regions->copy_to(h);
   at::Tensor z = tied_head_logits(h, word->weight, stage().first);  // (B, T, V/tp)
-  at::Tensor l = z.add_(mlm_bias.to(z.scalar_type())).to(at::kFloat);
+  return z.add_(mlm_bias.to(z.scalar_type()));
+}
+
+at::Tensor Bert::head_loss(const at::Tensor& x, const Batch& b) {
+  at::Tensor l = logits(x).to(at::kFloat);
   return vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), b.target.reshape({-1}),
                                       word->vocab_start(), spec_.vocab_size, tp_.regions.get());
 }

@@ -45,6 +45,8 @@ class Bert : public Model {
   std::vector<std::string> tied_parameters() const override;
   at::Tensor embed(const Batch& b) override;
   at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;
+  // The masked-LM logits (B, T, V/tp) of the last block's output x.
+  at::Tensor logits(const at::Tensor& x);
   double flops_per_sample() const override;
   int64_t tokens_per_sample() const override { return spec_.seq_len; }
 

@@ -100,7 +100,7 @@ at::Tensor SelfAttention::forward(const at::Tensor& x) {
   return proj->forward(y);
 }
 
-FeedForward::FeedForward(const BlockShape& s) {
+FeedForward::FeedForward(const BlockShape& s) : gelu_(s.gelu) {
   fc = register_module(
       "fc", make_linear(s.d_model, 4 * s.d_model, true, LinearKind::kColumn, s.tp, 0.02));
   proj = register_module(
@@ -108,13 +108,13 @@ FeedForward::FeedForward(const BlockShape& s) {
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& x) {
-  return proj->forward(at::gelu(fc->forward(x), "tanh"));
+  return proj->forward(at::gelu(fc->forward(x), gelu_));
 }
 
 GptBlock::GptBlock(const BlockShape& s) : tp_(s.tp) {
-  ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({s.d_model})));
+  ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({s.d_model}).eps(s.norm_eps)));
   attn = register_module("attn", std::make_shared<SelfAttention>(s));
-  ln2 = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({s.d_model})));
+  ln2 = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({s.d_model}).eps(s.norm_eps)));
   mlp = register_module("mlp", std::make_shared<FeedForward>(s));
   drop = register_module("drop", std::make_shared<Dropout>(s.dropout));
 }

@@ -17,6 +17,10 @@ struct BlockShape {
   bool causal = true;
   int64_t n_layer = 1;
   TpContext tp;
+  // Note [GPT and BERT numerics]: GPT-2 uses the tanh GELU and LayerNorm eps 1e-5,
+  // BERT the exact (erf) GELU and eps 1e-12, so each loads its published weights.
+  const char* gelu = "tanh";  // at::gelu's approximate: "tanh" or "none"
+  double norm_eps = 1e-5;
   double proj_std() const;
 };
 
@@ -46,12 +50,15 @@ class SelfAttention : public torch::nn::Module {
   bool causal_;
 };
 
-// Position-wise feed-forward: d -> 4d -> GELU(tanh) -> d (column- then row-parallel).
+// Position-wise feed-forward: d -> 4d -> GELU -> d (column- then row-parallel).
 class FeedForward : public torch::nn::Module {
  public:
   explicit FeedForward(const BlockShape& s);
   at::Tensor forward(const at::Tensor& x);
   std::shared_ptr<ParallelLinear> fc, proj;
+
+ private:
+  std::string gelu_;
 };
 
 // GPT-2 block, pre-LayerNorm: x + attn(ln1(x)), then x + mlp(ln2(x)).

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -341,13 +342,15 @@ void CheckpointReader::read_runs(const std::string& name, at::Tensor out,
                out.numel(), " elements wanted of '", name, "'; shards are missing");
 }
 
-ModelSpec checkpoint_model_spec(const CheckpointReader& r, Family family, const std::string& need) {
+ModelSpec checkpoint_model_spec(const CheckpointReader& r, const std::vector<Family>& families,
+                                const std::string& need) {
   STRATA_CHECK(r.meta().contains("model"), "checkpoint ", r.dir(),
                " does not record its model's shape (written by an earlier Strata); resume it "
                "and save once with this Strata");
   const ModelSpec spec = spec_from_json(r.meta()["model"]);
-  STRATA_CHECK(spec.family == family, "checkpoint ", r.dir(), " holds a ",
-               r.meta()["model"].value("family", "?"), " model; ", need);
+  STRATA_CHECK(std::find(families.begin(), families.end(), spec.family) != families.end(),
+               "checkpoint ", r.dir(), " holds a ", r.meta()["model"].value("family", "?"),
+               " model; ", need);
   return spec;
 }
 

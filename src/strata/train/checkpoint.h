@@ -92,8 +92,9 @@ class CheckpointReader : public PieceReader {
 };
 
 // The model shape the checkpoint records (meta.json "model"); one error line when it
-// records none (an older checkpoint) or one of another family (`need` says what the
-// command takes, e.g. "strata generate samples from GPT flavours").
-ModelSpec checkpoint_model_spec(const CheckpointReader& r, Family family, const std::string& need);
+// records none (an older checkpoint) or one of a family not in `families` (`need` says
+// what the command takes, e.g. "strata generate samples from GPT flavours").
+ModelSpec checkpoint_model_spec(const CheckpointReader& r, const std::vector<Family>& families,
+                                const std::string& need);
 
 }  // namespace strata
