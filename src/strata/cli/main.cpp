@@ -202,6 +202,8 @@ int main(int argc, char** argv) {
   generate->add_option("--temperature", ga.temperature, "softmax temperature; 0: greedy");
   generate->add_option("--top-k", ga.top_k, "sample among the k most likely; 0: all");
   generate->add_option("--seed", ga.seed, "the sampler's seed");
+  generate->add_option("--kv-cache", ga.kv_cache,
+                       "on: keep past keys and values; off: recompute the window per token");
 
   app.add_subcommand("version", "print the version")->callback([] {
     std::printf("strata 0.1.0\n");

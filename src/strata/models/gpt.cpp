@@ -115,6 +115,27 @@ at::Tensor Gpt::logits(const at::Tensor& x) {
   return tied_head_logits(h, wte->weight, stage().first);  // (B, T, V/tp)
 }
 
+at::Tensor Gpt::decode(const at::Tensor& ids, KvCache& cache) {
+  STRATA_CHECK(stage().first && stage().last && tp_.size == 1,
+               "decoding needs the whole model in one process (a tp=1, pp=1 build)");
+  const int64_t B = ids.size(0), T = ids.size(1), past = cache.length;
+  STRATA_CHECK(past + T <= spec_.seq_len, "decoding ", T, " tokens after ", past,
+               " cached ones exceeds model.seq_len=", spec_.seq_len, "; clear the cache");
+  if (cache.layers.empty()) {
+    const at::TensorOptions o = wpe->weight.options();
+    const int64_t H = spec_.n_head, D = spec_.d_model / spec_.n_head;
+    for (size_t i = 0; i < blocks_.size(); ++i)
+      cache.layers.push_back(
+          {at::empty({B, H, spec_.seq_len, D}, o), at::empty({B, H, spec_.seq_len, D}, o)});
+  }
+  at::Tensor positions = at::arange(past, past + T, ids.options());
+  at::Tensor x = wte->forward(ids) + at::embedding(wpe->weight, positions);
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = static_cast<GptBlock&>(*blocks_[i]).forward_cached(x, cache.layers[i], past);
+  cache.length = past + T;
+  return logits(x);
+}
+
 at::Tensor Gpt::head_loss(const at::Tensor& x, const Batch& b) {
   // fp32 log-softmax over the vocabulary (Note [precision of sensitive ops]).
   at::Tensor l = logits(x).to(at::kFloat);

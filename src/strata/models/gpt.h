@@ -7,6 +7,7 @@
 #include "strata/models/flavours.h"
 #include "strata/models/linear.h"
 #include "strata/models/model.h"
+#include "strata/models/transformer.h"
 #include "strata/models/vocab_parallel.h"
 
 namespace strata {
@@ -19,6 +20,10 @@ class Gpt : public Model {
   at::Tensor embed(const Batch& b) override;
   at::Tensor head_loss(const at::Tensor& x, const Batch& b) override;
   at::Tensor logits(const at::Tensor& x);
+  // Inference (eval mode, one process): the logits (B, T, V) of new tokens ids (B, T)
+  // that follow the cache's, whose keys and values it adds (Note [KV cache]); the
+  // cache must leave room for them within seq_len.
+  at::Tensor decode(const at::Tensor& ids, KvCache& cache);
   double flops_per_sample() const override;
   int64_t tokens_per_sample() const override { return spec_.seq_len; }
 

@@ -100,6 +100,28 @@ at::Tensor SelfAttention::forward(const at::Tensor& x) {
   return proj->forward(y);
 }
 
+at::Tensor SelfAttention::forward_cached(const at::Tensor& x, LayerKv& kv, int64_t past) {
+  STRATA_CHECK(n_head_local_ == n_head_, "a KV cache decodes at tp=1");
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, D = C / H;
+  auto parts = qkv->forward(x).split(C, /*dim=*/2);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  kv.k.narrow(2, past, T).copy_(heads(parts[1]));
+  kv.v.narrow(2, past, T).copy_(heads(parts[2]));
+  const at::Tensor k = kv.k.narrow(2, 0, past + T), v = kv.v.narrow(2, 0, past + T);
+  at::Tensor y;
+  if (T == 1 || !causal_) {  // one new position sees every cached one
+    y = at::scaled_dot_product_attention(heads(parts[0]), k, v);
+  } else if (past == 0) {
+    y = at::scaled_dot_product_attention(heads(parts[0]), k, v, {}, 0.0, /*is_causal=*/true);
+  } else {  // new position i sees cached ones and new ones up to itself: j <= past + i
+    const auto opts = at::TensorOptions().dtype(at::kLong).device(x.device());
+    const at::Tensor mask =
+        at::arange(past + T, opts).unsqueeze(0) <= (at::arange(T, opts) + past).unsqueeze(1);
+    y = at::scaled_dot_product_attention(heads(parts[0]), k, v, mask);
+  }
+  return proj->forward(y.transpose(1, 2).contiguous().view({B, T, C}));
+}
+
 FeedForward::FeedForward(const BlockShape& s) : gelu_(s.gelu) {
   fc = register_module(
       "fc", make_linear(s.d_model, 4 * s.d_model, true, LinearKind::kColumn, s.tp, 0.02));
@@ -122,6 +144,11 @@ GptBlock::GptBlock(const BlockShape& s) : tp_(s.tp) {
 at::Tensor GptBlock::forward(const at::Tensor& x) {
   at::Tensor h = x + stream_dropout(*drop, attn->forward(stream_norm(ln1, x, tp_)), tp_);
   return h + stream_dropout(*drop, mlp->forward(stream_norm(ln2, h, tp_)), tp_);
+}
+
+at::Tensor GptBlock::forward_cached(const at::Tensor& x, LayerKv& kv, int64_t past) {
+  at::Tensor h = x + attn->forward_cached(stream_norm(ln1, x, tp_), kv, past);
+  return h + mlp->forward(stream_norm(ln2, h, tp_));
 }
 
 at::Tensor BertBlock::forward(const at::Tensor& x) {

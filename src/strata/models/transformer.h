@@ -32,6 +32,23 @@ at::Tensor stream_dropout(Dropout& drop, const at::Tensor& x, const TpContext& t
 // This rank's positions of a (B, T) id tensor (the whole of it without SP).
 at::Tensor stream_positions(const at::Tensor& ids, const TpContext& tp);
 
+// Note [KV cache]: decoding one token at a time, a causal block's keys and values of
+// earlier positions do not change, so each layer keeps them in buffers of the model's
+// seq_len positions and a step computes only the new positions' q, k and v. Positions
+// are learned absolute ones, so the cache cannot slide: once full, the caller restarts
+// it from a shorter context (strata generate keeps the last half of the window).
+struct LayerKv {
+  at::Tensor k, v;  // (B, H, seq_len, D); the cache's first `length` positions are filled
+};
+struct KvCache {
+  std::vector<LayerKv> layers;
+  int64_t length = 0;
+  void clear() {
+    layers.clear();
+    length = 0;
+  }
+};
+
 // Multi-head self-attention: qkv projection (column-parallel: this rank's heads),
 // attention core, output projection (row-parallel).
 class SelfAttention : public torch::nn::Module {
@@ -41,6 +58,9 @@ class SelfAttention : public torch::nn::Module {
   // The attention core alone (scores, softmax, dropout, x V): selective recompute's unit.
   at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
+  // Inference on new positions [kv.length, kv.length + T) of x (B, T, C), attending to
+  // the cached ones too; writes the new keys and values into kv (tp=1, no dropout).
+  at::Tensor forward_cached(const at::Tensor& x, LayerKv& kv, int64_t past);
   std::shared_ptr<ParallelLinear> qkv, proj;
   SegmentRunner recompute_core;  // selective recompute; null: off
 
@@ -66,6 +86,8 @@ class GptBlock : public Block {
  public:
   explicit GptBlock(const BlockShape& s);
   at::Tensor forward(const at::Tensor& x) override;
+  // forward in eval mode through the attention's KV cache (Note [KV cache]).
+  at::Tensor forward_cached(const at::Tensor& x, LayerKv& kv, int64_t past);
   bool set_selective_recompute(SegmentRunner runner) override {
     attn->recompute_core = std::move(runner);
     return true;
