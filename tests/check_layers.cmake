@@ -2,7 +2,7 @@ cmake_minimum_required(VERSION 3.25)
 # Note [layers]: dependencies point down only (DESIGN.md). Each folder under
 # src/strata is a layer; a file may include its own layer and the ones below it.
 # Run as: cmake -DSRC=<repo>/src/strata -P check_layers.cmake (ctest: layers).
-set(order core distributed memory optim models parallel plan train interop report cli)
+set(order core distributed memory optim models parallel plan train interop report api cli)
 # Besides the order: models say where recompute may cut, parallel/ applies it.
 set(forbidden "models:memory/recompute.h")
 

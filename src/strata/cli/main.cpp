@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "strata/api/strata.h"
 #include "strata/cli/estimate.h"
 #include "strata/cli/generate.h"
 #include "strata/cli/schedule.h"
@@ -55,14 +56,15 @@ int run_train(const std::string& config_path, int64_t nproc, int64_t max_restart
   apply_config_args(cfg, config_path, extras, "train");
   WorldInfo info = world_from_env();
   // Note [init_from]: a Hugging Face folder gives the model its shape and its weights.
-  Trainer::WeightsOpener opener;
+  Trainer::Extensions ext;
   if (!cfg.checkpoint.init_from.empty() && is_hf_folder(cfg.checkpoint.init_from)) {
     apply_hf_model(cfg, cfg.checkpoint.init_from);
-    opener = [](const std::string& dir, const ModelSpec& spec) -> std::unique_ptr<PieceReader> {
+    ext.open_weights = [](const std::string& dir,
+                          const ModelSpec& spec) -> std::unique_ptr<PieceReader> {
       return std::make_unique<HfReader>(dir, spec.vocab_multiple);
     };
   }
-  Trainer trainer(cfg, info, opener);
+  Trainer trainer(cfg, info, std::move(ext));
   TrainSummary s = trainer.run();
   if (info.rank == 0 && !s.losses.empty()) {
     std::printf("loss %.4f (step %lld) -> %.4f (step %lld)\n", s.losses.front(),
@@ -265,7 +267,7 @@ int main(int argc, char** argv) {
   if (launch_cmd->parsed() && (lo.node_rank < 0 || lo.node_rank >= lo.nnodes))
     return user_error(c10::str("--node-rank=", lo.node_rank, " must be in [0, --nnodes=", lo.nnodes,
                                "); number the nodes 0 to ", lo.nnodes - 1));
-  try {
+  return strata::run_main([&]() -> int {
     if (train->parsed()) {
       std::vector<std::string> targs(raw_args.begin() + 1, raw_args.end());
       return run_train(config_path, nproc, train_restarts, train->remaining(), targs);
@@ -281,18 +283,5 @@ int main(int argc, char** argv) {
       return strata::run_estimate(ea);
     }
     return 0;
-  } catch (const strata::CommError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 3;
-  } catch (const strata::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
-    std::fprintf(stderr, "error: %s\n", msg.substr(0, msg.find('\n')).c_str());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -7,6 +7,12 @@
 namespace strata {
 
 std::shared_ptr<Model> build_model(const ModelSpec& spec, StageInfo stage, TpContext tp) {
+  if (spec.family == Family::kCustom) {  // Note [user models]
+    STRATA_CHECK(spec.build, "model ", spec.flavour, " is a program's own and has no builder");
+    auto model = spec.build(stage, tp);
+    STRATA_CHECK(model, "the builder of model ", spec.flavour, " returned no model");
+    return model;
+  }
   if (!is_language_model(spec.family))
     STRATA_CHECK(stage.is_whole(spec.n_layer) && tp.size == 1, spec.flavour,
                  " is built whole: pipeline stages and tensor-parallel slices are cut for ",
@@ -20,6 +26,8 @@ std::shared_ptr<Model> build_model(const ModelSpec& spec, StageInfo stage, TpCon
       return std::make_shared<ResNet>(spec);
     case Family::kMlp:
       return std::make_shared<Mlp>(spec);
+    case Family::kCustom:
+      break;
   }
   return nullptr;
 }

@@ -94,9 +94,10 @@ ModelSpec resolve_model_spec(const ModelConfig& cfg, const DataShape& data) {
 
 nlohmann::json spec_json(const ModelSpec& s) {
   return {{"flavour", s.flavour},
-          {"family", s.family == Family::kGpt    ? "gpt"
-                     : s.family == Family::kBert ? "bert"
-                                                 : "other"},
+          {"family", s.family == Family::kGpt      ? "gpt"
+                     : s.family == Family::kBert   ? "bert"
+                     : s.family == Family::kCustom ? "custom"
+                                                   : "other"},
           {"n_layer", s.n_layer},
           {"n_head", s.n_head},
           {"d_model", s.d_model},
@@ -123,7 +124,10 @@ ModelSpec spec_from_json(const nlohmann::json& j) {
   ModelSpec s;
   s.flavour = j.value("flavour", "");
   const std::string f = j.value("family", "");
-  s.family = f == "gpt" ? Family::kGpt : f == "bert" ? Family::kBert : Family::kMlp;
+  s.family = f == "gpt"      ? Family::kGpt
+             : f == "bert"   ? Family::kBert
+             : f == "custom" ? Family::kCustom
+                             : Family::kMlp;
   s.n_layer = j.value("n_layer", int64_t{0});
   s.n_head = j.value("n_head", int64_t{0});
   s.d_model = j.value("d_model", int64_t{0});

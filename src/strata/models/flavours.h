@@ -1,14 +1,18 @@
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "strata/core/config.h"
+#include "strata/models/stage.h"
 
 namespace strata {
 
-enum class Family { kGpt, kBert, kResNet, kMlp };
+// kCustom: a model a program that links Strata defines (Note [user models]).
+enum class Family { kGpt, kBert, kResNet, kMlp, kCustom };
 
 // A model's resolved shape: the flavour's defaults with [model] overrides applied.
 struct ModelSpec {
@@ -26,6 +30,10 @@ struct ModelSpec {
   std::vector<int64_t> resnet_layers;  // blocks per stage
   bool bottleneck = false;
   int64_t image_size = 0, in_channels = 0, num_classes = 0, hidden = 0;
+  // kCustom: the program's builder (n_layer: its blocks, or 0 when it does not say) and
+  // one sample's activations between blocks (what pipeline stages send each other).
+  ModelBuilder build;
+  std::vector<int64_t> activation_shape;
 };
 
 // What the data source says about shapes: 0 fields mean "no opinion".

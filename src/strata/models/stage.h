@@ -2,6 +2,7 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -74,5 +75,10 @@ struct TpContext {
     return sequence_parallel && p.defined() ? regions->copy_to(p) : p;
   }
 };
+
+class Model;
+// Builds the part of a model one rank runs: its pipeline stage, its linears cut for its
+// tensor-parallel rank (Note [model parts]).
+using ModelBuilder = std::function<std::shared_ptr<Model>(const StageInfo&, const TpContext&)>;
 
 }  // namespace strata

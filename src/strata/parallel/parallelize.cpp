@@ -156,9 +156,14 @@ std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const 
   const auto& p = cfg.parallel;
   const int64_t pp = mesh.dims().pp(), v = p.pp_virtual, stages = pp * v;
   if (pp == 1 && v == 1) return {StageInfo::whole()};
-  STRATA_CHECK(spec.family == Family::kGpt || spec.family == Family::kBert, "parallel.pp=", pp,
-               ": ", spec.flavour, " has no transformer blocks to cut into stages; use ",
-               "parallel.pp=1");
+  const bool custom = spec.family == Family::kCustom;
+  STRATA_CHECK(spec.family == Family::kGpt || spec.family == Family::kBert || custom,
+               "parallel.pp=", pp, ": ", spec.flavour,
+               " has no transformer blocks to cut into stages; use parallel.pp=1");
+  STRATA_CHECK(!custom || (spec.n_layer > 0 && !spec.activation_shape.empty()), "parallel.pp=", pp,
+               ": the program's model ", spec.flavour,
+               " does not say its blocks and activation shape; set UserModel::blocks and "
+               "UserModel::activation_shape");
   STRATA_CHECK(spec.n_layer >= stages, "parallel.pp=", pp,
                v > 1 ? c10::str(" x pp_virtual=", v) : "", " needs at least ", stages,
                " blocks (the model has ", spec.n_layer, "); use fewer stages");
@@ -166,7 +171,7 @@ std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const 
                " and pp_virtual=", v, " needs blocks (", spec.n_layer, ") divisible by ", stages,
                "; change pp_virtual or model.n_layer");
   std::optional<StageCosts> measured;
-  if (p.pp_partition == "auto" && v == 1 && p.pp_profile)
+  if (p.pp_partition == "auto" && v == 1 && p.pp_profile && !custom)
     measured = agreed_stage_profile(spec, mesh, cfg, device);
   const std::vector<int64_t> blocks =
       stage_partition(spec, p.pp_partition, stages, v, measured ? &*measured : nullptr);
@@ -180,7 +185,10 @@ std::vector<StageInfo> pipeline_stages(const ModelSpec& spec, Mesh& mesh, const 
   }
   log_rank0("parallelize pipeline partition: ", c10::Join(",", blocks), " blocks over ", stages,
             " stages (", p.pp_partition,
-            p.pp_partition == "auto" && v == 1 ? (measured ? ": profiled" : ": FLOP counts") : "",
+            p.pp_partition == "auto" && v == 1 ? (measured ? ": profiled"
+                                                  : custom ? ": even, the program's model"
+                                                           : ": FLOP counts")
+                                               : "",
             "), ", p.pp_schedule, " schedule");
   return out;
 }

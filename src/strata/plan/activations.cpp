@@ -1,5 +1,7 @@
 #include "strata/plan/activations.h"
 
+#include "strata/core/errors.h"
+
 #include <algorithm>
 
 namespace strata {
@@ -214,6 +216,9 @@ ActivationModel activation_model(const ModelSpec& spec, const ActivationOptions&
       return resnet(spec, o);
     case Family::kMlp:
       return mlp(spec, o);
+    case Family::kCustom:
+      STRATA_FAIL("the estimator has no activation formulas for ", spec.flavour,
+                  ", a program's own model");
   }
   return {};
 }

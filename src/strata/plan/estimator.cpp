@@ -41,6 +41,8 @@ ParameterCount count_parameters(const ModelSpec& s, int64_t tp) {
   STRATA_CHECK(tp == 1 || s.family == Family::kGpt || s.family == Family::kBert, "tp=", tp, ": ",
                s.flavour, " has no tensor-parallel layout (only GPT and ",
                "BERT do); use parallel.tp=1");
+  STRATA_CHECK(s.family != Family::kCustom, "the estimator has no formulas for ", s.flavour,
+               ", a program's own model");
   ParameterCount c;
   switch (s.family) {
     case Family::kGpt: {
@@ -103,6 +105,8 @@ ParameterCount count_parameters(const ModelSpec& s, int64_t tp) {
       c.trainable = c.total;
       break;
     }
+    case Family::kCustom:
+      break;
   }
   return c;
 }
@@ -197,6 +201,8 @@ double largest_tensor(const ModelSpec& s) {
     case Family::kMlp:
       return static_cast<double>(
           std::max(s.hidden * s.hidden, s.in_channels * s.image_size * s.image_size * s.hidden));
+    case Family::kCustom:
+      break;
   }
   return 0;
 }

@@ -6,12 +6,13 @@
 
 namespace strata {
 
-RunPlan plan_run(const Config& cfg, int64_t world_size, const DataShape& data) {
+RunPlan plan_run(const Config& cfg, int64_t world_size, const DataShape& data,
+                 const ModelSpec* custom) {
   validate_config(cfg);
   const auto& p = cfg.parallel;
   RunPlan plan;
   plan.dims = ParallelDims(p.dp, p.tp, p.pp, world_size);
-  plan.spec = resolve_model_spec(cfg.model, data);
+  plan.spec = custom ? *custom : resolve_model_spec(cfg.model, data);
   if (is_language_model(plan.spec.family))
     plan.dims.check_model(plan.spec.n_head, plan.spec.n_layer);
   const auto& t = cfg.training;

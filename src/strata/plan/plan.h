@@ -18,7 +18,9 @@ struct RunPlan {
   int64_t micro_batch = 1;  // per rank
   int64_t accum = 1;        // micro-steps per optimizer step
 };
-RunPlan plan_run(const Config& cfg, int64_t world_size, const DataShape& data);
+// custom: a program's own model (Note [user models]) instead of [model]'s flavour.
+RunPlan plan_run(const Config& cfg, int64_t world_size, const DataShape& data,
+                 const ModelSpec* custom = nullptr);
 
 // The estimator's input for a planned run (device "cuda" means NCCL and host offload).
 EstimateInput estimate_input(const Config& cfg, const RunPlan& plan);

@@ -42,8 +42,8 @@ constexpr double kCpuFlopsPerThread = 2.5e9 * 32;
 
 }  // namespace
 
-Trainer::Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights)
-    : cfg_(std::move(cfg)), info_(info), open_weights_(std::move(open_weights)) {
+Trainer::Trainer(Config cfg, const WorldInfo& info, Extensions ext)
+    : cfg_(std::move(cfg)), info_(info), ext_(std::move(ext)) {
   validate_config(cfg_);
   const auto& t = cfg_.training;
   const auto& p = cfg_.parallel;
@@ -76,16 +76,26 @@ Trainer::Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights)
   // applied by the command line).
   // The source is opened once: its index serves the shape now and the weights later.
   std::unique_ptr<PieceReader> init_source;
-  if (!cfg_.checkpoint.init_from.empty() && !open_weights_) {
+  if (!cfg_.checkpoint.init_from.empty() && !ext_.open_weights) {
     auto src = std::make_unique<CheckpointReader>(locate_checkpoint(cfg_.checkpoint.init_from));
-    if (src->meta().contains("model")) apply_spec_json(cfg_.model, src->meta()["model"]);
+    if (src->meta().contains("model") && !ext_.model)
+      apply_spec_json(cfg_.model, src->meta()["model"]);
     init_source = std::move(src);
   }
-  data_ = open_data_source(cfg_);
+  if (ext_.data) {
+    STRATA_CHECK(ext_.data->train && ext_.data->train->size() > 0,
+                 "the program's training dataset is empty; give Strata one with samples");
+    data_ = *ext_.data;
+  } else {
+    data_ = open_data_source(cfg_);
+  }
+  STRATA_CHECK(!ext_.model || (ext_.model->family == Family::kCustom && ext_.model->build),
+               "a program's own model needs Family::kCustom and a builder");
   // The same checks `strata estimate` makes (Note [one validation path]).
-  const RunPlan plan = plan_run(cfg_, info.world_size, data_.shape);
+  const RunPlan plan =
+      plan_run(cfg_, info.world_size, data_.shape, ext_.model ? &*ext_.model : nullptr);
   spec_ = plan.spec;
-  build_datasets(data_, cfg_, spec_);
+  if (!ext_.data) build_datasets(data_, cfg_, spec_);
   micro_ = plan.micro_batch;
   accum_ = plan.accum;
   const int64_t dp = dims.dp();
@@ -291,6 +301,11 @@ std::vector<int64_t> Trainer::stage_activation_shape() const {
   // its seq_len / tp positions, and sends them to the same tp rank of the next stage.
   const int64_t tp = mesh_->dims().tp();
   const bool sp = cfg_.parallel.sequence_parallel && tp > 1;
+  if (spec_.family == Family::kCustom) {  // the program says (Note [user models])
+    std::vector<int64_t> shape = {micro_};
+    shape.insert(shape.end(), spec_.activation_shape.begin(), spec_.activation_shape.end());
+    return shape;
+  }
   return {micro_, sp ? spec_.seq_len / tp : spec_.seq_len, spec_.d_model};
 }
 
@@ -372,7 +387,7 @@ std::chrono::milliseconds Trainer::timeout() const {
 }
 
 void Trainer::init_from(const std::string& path, std::unique_ptr<PieceReader> src) {
-  if (!src) src = open_weights_(path, spec_);  // a Hugging Face folder
+  if (!src) src = ext_.open_weights(path, spec_);  // a Hugging Face folder
   // Weights and buffers from the source, the optimizer's state fresh (Note [init_from]);
   // the model refuses another model's tensors with one line first.
   FreshOptimizerReader in(*src);

@@ -43,7 +43,15 @@ class Trainer {
   // folder: interop, a layer above, gives the reader); null: a Strata checkpoint.
   using WeightsOpener =
       std::function<std::unique_ptr<PieceReader>(const std::string& path, const ModelSpec& spec)>;
-  Trainer(Config cfg, const WorldInfo& info, WeightsOpener open_weights = {});
+  // Note [user models]: what a program that links Strata brings besides the config: its
+  // own model (a Family::kCustom spec whose builder makes each rank's part, run through
+  // the same parallelize() as the flavours) and its own datasets instead of [data].
+  struct Extensions {
+    WeightsOpener open_weights;
+    std::optional<ModelSpec> model;
+    std::optional<DataSource> data;
+  };
+  Trainer(Config cfg, const WorldInfo& info, Extensions ext = {});
   ~Trainer();
   TrainSummary run();
 
@@ -90,7 +98,7 @@ class Trainer {
   std::vector<int64_t> inject_inf_steps_;  // STRATA_INJECT_INF, for tests
   std::optional<Fault> fault_;             // STRATA_FAULT, for tests (Note [fault injection])
   std::unique_ptr<Checkpointer> checkpointer_;
-  WeightsOpener open_weights_;
+  Extensions ext_;
   int64_t micro_ = 0, accum_ = 1, dp_rank_ = 0, start_step_ = 0, threads_ = 1;
   double peak_flops_ = 0;
   int64_t rss_base_ = 0;  // process RSS before the model was built

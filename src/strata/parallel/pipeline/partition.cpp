@@ -135,7 +135,9 @@ std::vector<int64_t> balanced_partition(const StageCosts& costs, int64_t stages)
 
 std::vector<int64_t> stage_partition(const ModelSpec& spec, const std::string& how, int64_t stages,
                                      int64_t v, const StageCosts* measured) {
-  if (how == "uniform" || (how == "auto" && v > 1)) return uniform_partition(spec.n_layer, stages);
+  // A program's own model has no cost formula: "auto" cuts it evenly.
+  if (how == "uniform" || (how == "auto" && (v > 1 || spec.family == Family::kCustom)))
+    return uniform_partition(spec.n_layer, stages);
   if (how == "auto")
     return balanced_partition(measured ? *measured : transformer_stage_costs(spec), stages);
   return parse_partition(how, spec.n_layer, stages);
