@@ -37,6 +37,9 @@ install(TARGETS strata_lib EXPORT StrataTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS strata RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(STRATA_SHARED)  # the installed binary finds the installed libstrata.so
+  set_property(TARGET strata APPEND PROPERTY INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+endif()
 install(EXPORT StrataTargets NAMESPACE Strata::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Strata)
 
