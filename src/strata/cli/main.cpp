@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "strata/api/strata.h"
+#include "strata/cli/calibrate.h"
 #include "strata/cli/estimate.h"
 #include "strata/cli/generate.h"
 #include "strata/cli/schedule.h"
@@ -207,16 +208,32 @@ int main(int argc, char** argv) {
   generate->add_option("--kv-cache", ga.kv_cache,
                        "on: keep past keys and values; off: recompute the window per token");
 
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "measure this machine for the cost model: matmul, memory, collectives");
+  strata::CalibrateArgs ca;
+  calibrate->add_option("--nproc", ca.nproc, "measure collectives over 2..N ranks");
+  calibrate->add_option("-o,--output", ca.out, "the profile to write (JSON)");
+  calibrate->add_option("--threads", ca.threads, "intra-op threads per rank (0: cores / nproc)");
+  calibrate->add_flag("--quick", ca.quick, "fewer sizes and repeats");
+  // One rank of calibrate's collective benchmark (started by calibrate itself).
+  auto* calibrate_worker = app.add_subcommand("calibrate-worker", "");
+  std::string worker_out;
+  bool worker_quick = false;
+  calibrate_worker->add_option("--out", worker_out)->required();
+  calibrate_worker->add_flag("--quick", worker_quick);
+  calibrate_worker->group("");  // not in --help
+
   app.add_subcommand("version", "print the version")->callback([] {
-    std::printf("strata 0.1.0\n");
+    std::printf("strata %s\n", STRATA_VERSION);
   });
 
   std::vector<std::string> raw_args(argv + 1, argv + argc);
   std::vector<std::string> commands;
-  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+  std::string all;  // the commands a user types (not the hidden ones)
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     commands.push_back(sub->get_name());
-  std::string all;
-  for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
+    if (!sub->get_group().empty()) all += (all.empty() ? "" : ", ") + sub->get_name();
+  }
   if (raw_args.empty()) return user_error("no command given; choose one of " + all);
   const std::string& first = raw_args.front();
   const bool known = std::find(commands.begin(), commands.end(), first) != commands.end();
@@ -277,6 +294,8 @@ int main(int argc, char** argv) {
     if (export_cmd->parsed()) return strata::run_export(xa);
     if (import_cmd->parsed()) return strata::run_import(ia);
     if (generate->parsed()) return strata::run_generate(ga);
+    if (calibrate->parsed()) return strata::run_calibrate(ca, self_exe());
+    if (calibrate_worker->parsed()) return strata::run_calibrate_worker(worker_out, worker_quick);
     if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();

@@ -1,0 +1,60 @@
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// Note [hardware profile]: what the cost model knows of a machine, measured by
+// `strata calibrate` or written by hand from a datasheet (profiles/*.json):
+//  - gemm: for each dtype, matrix-multiply throughput at increasing sizes (FLOPs per
+//    call and the seconds it took), so small multiplies cost what they really cost
+//    and not size / peak;
+//  - memory_bytes_per_s: element-wise work (read + write) on large tensors;
+//  - collectives: for each op ("all_reduce", "all_gather", "reduce_scatter",
+//    "send_recv") and group size, latency alpha and bandwidth beta of the fit
+//    t = alpha + bytes / beta (bytes: one rank's buffer);
+//  - links (hand-written profiles of clusters): the intra- and inter-node link a
+//    collective over that many ranks would run on, when no measured fit exists;
+//  - host<->device copy bandwidth (0 on CPU: offload moves nothing across a bus).
+// Pure: the lookups are tested against hand-made profiles.
+struct GemmPoint {
+  double flops = 0, seconds = 0;  // one call
+};
+struct LinkFit {
+  double latency_s = 0, bytes_per_s = 0;
+  double seconds(double bytes) const { return latency_s + bytes / bytes_per_s; }
+};
+struct HardwareProfile {
+  std::string name, device = "cpu", backend = "gloo";
+  int64_t threads = 1;         // intra-op threads per rank it was measured with
+  int64_t ranks_per_node = 1;  // links: groups up to this size stay in one node
+  std::map<std::string, std::vector<GemmPoint>> gemm;  // "fp32", "bf16": by flops
+  double memory_bytes_per_s = 0;
+  std::map<std::string, std::map<int64_t, LinkFit>> collectives;  // op -> group size -> fit
+  LinkFit intra_node, inter_node;                                 // a hand-written profile's
+  double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
+  double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
+
+  // Seconds of a multiply of `flops` in dtype: the measured rate at the nearest sizes,
+  // interpolated in log(flops); below the smallest point, that point's time (latency).
+  double gemm_seconds(const std::string& dtype, double flops) const;
+  // The highest measured rate (FLOP/s), the peak MFU is reported against.
+  double peak_flops(const std::string& dtype) const;
+  // Seconds of one collective over `group` ranks on `bytes` per rank: the measured fit
+  // for that group size (the nearest measured size, its bandwidth scaled by the ring's
+  // (g-1)/g), else the ring algorithm over the link it would use.
+  double collective_seconds(const std::string& op, int64_t group, double bytes) const;
+};
+
+nlohmann::json profile_json(const HardwareProfile& p);
+// One error line naming the field for a malformed profile.
+HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& where);
+HardwareProfile load_profile(const std::string& path);
+
+// Least-squares fit t = alpha + bytes / beta over (bytes, seconds) samples; alpha >= 0.
+LinkFit fit_link(const std::vector<std::pair<double, double>>& samples);
+
+}  // namespace strata

@@ -1,0 +1,115 @@
+// The hardware profile (Note [hardware profile]): its lookups on hand-made profiles,
+// the link fit, JSON in and out with damaged files, the datasheet profiles that ship in
+// profiles/, and `strata calibrate` on this machine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "strata/core/errors.h"
+#include "strata/core/files.h"
+#include "strata/plan/profile.h"
+#include "test_util.h"
+
+using namespace strata;
+using namespace strata::test;
+
+TEST(Profile, LookupsInterpolateRatesAndScaleCollectives) {
+  HardwareProfile p;
+  p.name = "hand";
+  // 1 GFLOP/s at 1e3 FLOPs, 10 GFLOP/s at 1e5: halfway in log(flops) is 5.5 GFLOP/s.
+  p.gemm["fp32"] = {{1e3, 1e-6}, {1e5, 1e-5}};
+  EXPECT_DOUBLE_EQ(p.gemm_seconds("fp32", 1e4), 1e4 / 5.5e9);
+  EXPECT_DOUBLE_EQ(p.gemm_seconds("fp32", 10), 1e-6) << "below the smallest: its latency";
+  EXPECT_DOUBLE_EQ(p.gemm_seconds("fp32", 1e7), 1e-3) << "above the largest: its rate";
+  EXPECT_DOUBLE_EQ(p.peak_flops("fp32"), 1e10);
+  EXPECT_THROW(p.gemm_seconds("bf16", 1e4), Error);
+
+  p.collectives["all_reduce"][2] = {1e-5, 1e9};
+  p.collectives["all_reduce"][4] = {3e-5, 1e9};
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 1e6), 1e-5 + 1e-3);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 1, 1e6), 0) << "a group of one";
+  // 8 ranks from the fit at 4: latency x 7/3, bandwidth term x (7/8)/(3/4).
+  EXPECT_NEAR(p.collective_seconds("all_reduce", 8, 1e6), 3e-5 * 7 / 3 + 1e-3 * (7.0 / 8) / 0.75,
+              1e-12);
+  // No measurement: the ring over the link (8 per node: NVLink-like inside, slower out).
+  p.ranks_per_node = 8;
+  p.intra_node = {1e-5, 1e11};
+  p.inter_node = {2e-5, 1e10};
+  EXPECT_NEAR(p.collective_seconds("all_gather", 8, 1e9), 7 * 1e-5 + 7.0 / 8 * 1e9 / 1e11, 1e-12);
+  EXPECT_NEAR(p.collective_seconds("reduce_scatter", 16, 1e9), 15 * 2e-5 + 15.0 / 16 * 0.1, 1e-12);
+  EXPECT_GT(p.collective_seconds("reduce_scatter", 16, 1e9),
+            p.collective_seconds("reduce_scatter", 8, 1e9))
+      << "across nodes costs more";
+}
+
+TEST(Profile, LinkFitRecoversLatencyAndBandwidth) {
+  std::vector<std::pair<double, double>> s;
+  for (double b : {4e3, 6.4e4, 1e6, 8e6}) s.push_back({b, 2e-5 + b / 3e9});
+  const LinkFit f = fit_link(s);
+  EXPECT_NEAR(f.latency_s, 2e-5, 1e-9);
+  EXPECT_NEAR(f.bytes_per_s / 3e9, 1.0, 1e-6);
+  // Noise that would make the intercept negative: through the origin instead.
+  const LinkFit g = fit_link({{1e6, 1e-3}, {2e6, 3e-3}});
+  EXPECT_EQ(g.latency_s, 0);
+  EXPECT_GT(g.bytes_per_s, 0);
+}
+
+TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
+  HardwareProfile p;
+  p.name = "x";
+  p.gemm["bf16"] = {{1e6, 1e-3}, {1e9, 1e-1}};
+  p.collectives["send_recv"][2] = {5e-6, 2e9};
+  p.memory_bytes_per_s = 1e10;
+  const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
+  EXPECT_EQ(profile_json(q), profile_json(p));
+  auto error = [](const std::string& text) {
+    try {
+      profile_from_json(nlohmann::json::parse(text), "bad.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error(R"({"format":2})").find("is not a Strata hardware profile"), std::string::npos);
+  EXPECT_NE(error(R"({"format":1})").find("has no gemm rates"), std::string::npos);
+  EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1}]}})").find("lacks seconds"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1,"seconds":1}]},)"
+                  R"("memory_bytes_per_s":-1})")
+                .find("memory_bytes_per_s must be a number >= 0"),
+            std::string::npos);
+}
+
+TEST(Profile, DatasheetProfilesLoad) {
+  for (const char* name : {"a100-80gb", "h100-sxm", "h200"}) {
+    const HardwareProfile p = load_profile(source_dir() + "/profiles/" + name + ".json");
+    EXPECT_EQ(p.device, "cuda") << name;
+    EXPECT_GT(p.peak_flops("bf16"), 2e14) << name;
+    EXPECT_GT(p.device_memory_bytes, 70e9) << name;
+    // A 1 GiB gradient all-reduce over 8 GPUs of a node takes milliseconds, over 64 more.
+    const double in_node = p.collective_seconds("all_reduce", 8, 1 << 30);
+    EXPECT_GT(in_node, 1e-3) << name;
+    EXPECT_LT(in_node, 2e-2) << name;
+    EXPECT_GT(p.collective_seconds("all_reduce", 64, 1 << 30), 4 * in_node) << name;
+  }
+}
+
+TEST(Profile, CalibrateMeasuresThisMachine) {
+  // The quick sweep (fewer sizes and repeats) over 2 ranks: every part of the profile.
+  const std::string out = temp_dir("calibrate") + "/profile.json";
+  auto r = run(strata_bin() + " calibrate --nproc 2 --quick -o " + out, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const HardwareProfile p = load_profile(out);
+  for (const char* d : {"fp32", "bf16"}) {
+    ASSERT_GE(p.gemm.at(d).size(), 2u) << d;
+    EXPECT_GT(p.peak_flops(d), 1e8) << d;
+  }
+  EXPECT_GT(p.memory_bytes_per_s, 1e8);
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+    ASSERT_TRUE(p.collectives.count(op) && p.collectives.at(op).count(2)) << op << "\n" << r.output;
+    EXPECT_GT(p.collectives.at(op).at(2).bytes_per_s, 1e6) << op;
+  }
+  EXPECT_NE(r.output.find("profile: " + out), std::string::npos) << r.output;
+  expect_one_error_line(strata_bin() + " calibrate --nproc 0", "--nproc 0 must be at least 1");
+}
