@@ -198,30 +198,8 @@ std::vector<std::shared_ptr<Model>> apply_pipeline_stage(const ModelSpec& spec, 
                                                          const Config& cfg, TpContext tp,
                                                          RecomputeMode mode, at::Device device,
                                                          std::vector<int64_t>& stage_blocks) {
+  check_pipeline_layout(cfg.parallel, mesh.dims());
   const int64_t pp = mesh.dims().pp();
-  if (pp > 1) {
-    const auto& p = cfg.parallel;
-    STRATA_CHECK(tp.size == 1 || p.pp_schedule != "zb-h1",
-                 "parallel.pp_schedule=zb-h1 with tp=", tp.size,
-                 ": its deferred weight gradients are not split over tensor-parallel ",
-                 "ranks yet; use pp_schedule=1f1b or interleaved with tp");
-    STRATA_CHECK(p.zero <= 2, "parallel.zero=3 with pp=", pp, ": ZeRO-3 gathers and frees ",
-                 "each block around one forward and backward, and a pipeline interleaves ",
-                 "several micro-batches' passes; use parallel.zero=1 or 2");
-    STRATA_CHECK(p.zero == 0 || p.pp_virtual == 1, "parallel.zero=", p.zero,
-                 " with pp_virtual=", p.pp_virtual, ": ZeRO shards one model part per rank; ",
-                 "use pp_virtual=1 or parallel.zero=0");
-    STRATA_CHECK(p.pp_virtual == 1 || mesh.dims().dp() == 1, "parallel.pp_virtual=", p.pp_virtual,
-                 " with dp=", mesh.dims().dp(), ": data parallelism over ",
-                 "several chunks per rank is not supported yet; use dp=1 or pp_virtual=1");
-    STRATA_CHECK(p.pp_schedule != "zb-h1" || mesh.dims().dp() == 1,
-                 "parallel.pp_schedule=zb-h1 with dp=", mesh.dims().dp(),
-                 ": its deferred weight gradients are accumulated after backward, where data ",
-                 "parallelism's gradient hooks do not see them; use dp=1 or pp_schedule=1f1b");
-    STRATA_CHECK(p.pp_schedule != "zb-h1" || p.zero == 0, "parallel.pp_schedule=zb-h1 with ",
-                 "parallel.zero=", p.zero, ": ZeRO reduces each gradient when backward reaches ",
-                 "it, before zb-h1's deferred weight step; use parallel.zero=0 or 1f1b");
-  }
   std::vector<std::shared_ptr<Model>> parts;
   for (const StageInfo& stage : pipeline_stages(spec, mesh, cfg, device, stage_blocks)) {
     // Every rank draws the same initial weights (Note [layer init]); dropout then gets
@@ -321,6 +299,31 @@ void apply_optimizer(ParallelModel& pm, ZeroDataParallel* zero, const Config& cf
 }
 
 }  // namespace
+
+void check_pipeline_layout(const ParallelConfig& p, const ParallelDims& dims) {
+  const int64_t tp = dims.tp(), pp = dims.pp();
+  if (pp > 1) {
+    STRATA_CHECK(tp == 1 || p.pp_schedule != "zb-h1", "parallel.pp_schedule=zb-h1 with tp=", tp,
+                 ": its deferred weight gradients are not split over tensor-parallel ",
+                 "ranks yet; use pp_schedule=1f1b or interleaved with tp");
+    STRATA_CHECK(p.zero <= 2, "parallel.zero=3 with pp=", pp, ": ZeRO-3 gathers and frees ",
+                 "each block around one forward and backward, and a pipeline interleaves ",
+                 "several micro-batches' passes; use parallel.zero=1 or 2");
+    STRATA_CHECK(p.zero == 0 || p.pp_virtual == 1, "parallel.zero=", p.zero,
+                 " with pp_virtual=", p.pp_virtual, ": ZeRO shards one model part per rank; ",
+                 "use pp_virtual=1 or parallel.zero=0");
+    STRATA_CHECK(p.pp_virtual == 1 || dims.dp() == 1, "parallel.pp_virtual=", p.pp_virtual,
+                 " with dp=", dims.dp(), ": data parallelism over ",
+                 "several chunks per rank is not supported yet; use dp=1 or pp_virtual=1");
+    STRATA_CHECK(p.pp_schedule != "zb-h1" || dims.dp() == 1,
+                 "parallel.pp_schedule=zb-h1 with dp=", dims.dp(),
+                 ": its deferred weight gradients are accumulated after backward, where data ",
+                 "parallelism's gradient hooks do not see them; use dp=1 or pp_schedule=1f1b");
+    STRATA_CHECK(p.pp_schedule != "zb-h1" || p.zero == 0, "parallel.pp_schedule=zb-h1 with ",
+                 "parallel.zero=", p.zero, ": ZeRO reduces each gradient when backward reaches ",
+                 "it, before zb-h1's deferred weight step; use parallel.zero=0 or 1f1b");
+  }
+}
 
 int64_t ParallelModel::num_parameters() const {
   int64_t n = 0;

@@ -40,4 +40,8 @@ struct ParallelModel {
 // init]), so any layout starts from the weights of one process.
 ParallelModel parallelize(const ModelSpec& spec, Mesh& mesh, const Config& cfg, at::Device device);
 
+// What parallelize() refuses of a pipeline layout ([parallel] against dims), as the
+// one-line error it raises; pure, so the planner enumerates only layouts that start.
+void check_pipeline_layout(const ParallelConfig& p, const ParallelDims& dims);
+
 }  // namespace strata
