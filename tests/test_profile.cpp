@@ -113,3 +113,26 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   EXPECT_NE(r.output.find("profile: " + out), std::string::npos) << r.output;
   expect_one_error_line(strata_bin() + " calibrate --nproc 0", "--nproc 0 must be at least 1");
 }
+
+TEST(Plan, RanksTheLayoutsThatFitAndSaysHowToRunThem) {
+  // The debug GPT on 2 ranks with the A100 datasheet profile: a table of the fastest
+  // predicted layouts, in order, with the overrides of the first; a memory limit
+  // nothing fits is one line.
+  const std::string base = strata_bin() + " plan --nproc 2 --profile " + source_dir() +
+                           "/profiles/a100-80gb.json --data.source=synthetic "
+                           "--training.batch_size=8 ";
+  auto r = run(base + "--top 3", 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("layouts start"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run the first: --parallel.dp="), std::string::npos) << r.output;
+  r = run(base + "--top 50 --json 2>/dev/null", 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_GE(j.size(), 10u);
+  for (size_t i = 1; i < j.size(); ++i)
+    EXPECT_LE(j[i - 1]["step_s"].get<double>(), j[i]["step_s"].get<double>()) << "ranked";
+  for (const auto& row : j) EXPECT_LE(row["peak_bytes"].get<double>() * 1.08, 80.0 * (1 << 30));
+  expect_one_error_line(base + "--device-memory 1MiB", "fits 1 MiB per device");
+  expect_one_error_line(strata_bin() + " plan --nproc 2 --profile /nonexistent.json",
+                        "no hardware profile at /nonexistent.json");
+}

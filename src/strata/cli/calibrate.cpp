@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "strata/api/strata.h"
+#include "strata/cli/plan.h"
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
 #include "strata/distributed/launcher.h"
@@ -158,12 +159,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                   f["bytes_per_s"].get<double>() / 1e9);
     }
   }
-  std::string out = a.out;
-  if (out.empty()) {
-    const char* home = std::getenv("HOME");
-    out = std::string(home ? home : "/tmp") + "/.cache/strata/profiles/" + host + "-" +
-          std::to_string(threads) + "t.json";
-  }
+  const std::string out = a.out.empty() ? default_profile_path(threads) : a.out;
   fs::create_directories(fs::path(out).parent_path().empty() ? "." : fs::path(out).parent_path());
   write_file_atomic(out, profile_json(p).dump(1) + "\n");
   std::printf("profile: %s (%.1f s)\n", out.c_str(),

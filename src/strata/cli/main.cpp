@@ -12,6 +12,7 @@
 #include "strata/cli/calibrate.h"
 #include "strata/cli/estimate.h"
 #include "strata/cli/generate.h"
+#include "strata/cli/plan.h"
 #include "strata/cli/schedule.h"
 #include "strata/core/config.h"
 #include "strata/core/env.h"
@@ -215,6 +216,17 @@ int main(int argc, char** argv) {
   calibrate->add_option("-o,--output", ca.out, "the profile to write (JSON)");
   calibrate->add_option("--threads", ca.threads, "intra-op threads per rank (0: cores / nproc)");
   calibrate->add_flag("--quick", ca.quick, "fewer sizes and repeats");
+  auto* plan = app.add_subcommand(
+      "plan",
+      "rank every layout that fits by predicted step time (overrides: --section.key=value)");
+  strata::PlanArgs pa;
+  plan->add_option("-c,--config", pa.config_path, "TOML config file");
+  plan->add_option("--nproc", pa.nproc, "ranks to plan for")->required();
+  plan->add_option("--device-memory", pa.device_memory, "memory per device, e.g. 80GiB");
+  plan->add_option("--profile", pa.profile, "hardware profile (default: strata calibrate's)");
+  plan->add_option("--top", pa.top, "layouts to print");
+  plan->add_flag("--json", pa.json, "print JSON");
+  plan->allow_extras();
   // One rank of calibrate's collective benchmark (started by calibrate itself).
   auto* calibrate_worker = app.add_subcommand("calibrate-worker", "");
   std::string worker_out;
@@ -295,6 +307,10 @@ int main(int argc, char** argv) {
     if (import_cmd->parsed()) return strata::run_import(ia);
     if (generate->parsed()) return strata::run_generate(ga);
     if (calibrate->parsed()) return strata::run_calibrate(ca, self_exe());
+    if (plan->parsed()) {
+      pa.overrides = plan->remaining();
+      return strata::run_plan(pa);
+    }
     if (calibrate_worker->parsed()) return strata::run_calibrate_worker(worker_out, worker_quick);
     if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {

@@ -1,0 +1,123 @@
+#include "strata/cli/plan.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "strata/cli/estimate.h"
+#include "strata/core/config.h"
+#include "strata/core/errors.h"
+#include "strata/plan/cost_model.h"
+#include "strata/plan/layouts.h"
+#include "strata/plan/plan.h"
+#include "strata/train/data/source.h"
+
+namespace strata {
+
+std::string default_profile_path(int64_t threads) {
+  char host[256] = "machine";
+  gethostname(host, sizeof(host) - 1);
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/strata/profiles/" + host + "-" +
+         std::to_string(threads) + "t.json";
+}
+
+namespace {
+struct Ranked {
+  Layout layout;
+  StepPrediction p;
+  double peak = 0;
+};
+}  // namespace
+
+int run_plan(const PlanArgs& a) {
+  STRATA_CHECK(a.nproc >= 1, "strata plan needs --nproc N, the ranks to plan for (at least 1)");
+  STRATA_CHECK(a.top >= 1, "--top ", a.top, " must be at least 1");
+  Config cfg;
+  apply_config_args(cfg, a.config_path, a.overrides, "plan");
+  validate_config(cfg);
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t threads =
+      cfg.training.threads > 0 ? cfg.training.threads : std::max<int64_t>(1, cores / a.nproc);
+  const std::string path = a.profile.empty() ? default_profile_path(threads) : a.profile;
+  STRATA_CHECK(std::filesystem::exists(path), "no hardware profile at ", path,
+               a.profile.empty() ? c10::str("; run strata calibrate --nproc ", a.nproc,
+                                            " first, or give --profile FILE (e.g. "
+                                            "profiles/a100-80gb.json)")
+                                 : std::string());
+  const HardwareProfile hw = load_profile(path);
+  const double limit = !a.device_memory.empty() ? static_cast<double>(parse_size(a.device_memory))
+                                                : hw.device_memory_bytes;
+  const DataShape shape = open_data_source(cfg).shape;
+  const std::vector<Layout> layouts = enumerate_layouts(cfg, a.nproc, shape);
+  STRATA_CHECK(!layouts.empty(), "no layout of ", a.nproc, " ranks runs this model at batch ",
+               cfg.training.batch_size, "; change training.batch_size or --nproc");
+  CostOptions o;
+  o.precision = cfg.memory.precision;
+  o.batch = cfg.training.batch_size;
+  o.overlap = hw.backend == "nccl" ? 0.9 : 0.5;
+  std::vector<Ranked> ranked;
+  ModelSpec spec;
+  for (const Layout& l : layouts) {
+    Config c = cfg;
+    l.apply(c);
+    const RunPlan plan = plan_run(c, a.nproc, shape);
+    spec = plan.spec;
+    const double peak = estimate_memory(estimate_input(c, plan)).peak.total();
+    if (limit > 0 && !fit_verdict(peak, limit).fits) continue;
+    ranked.push_back({l, predict_step(plan.spec, l, o, hw), peak});
+  }
+  STRATA_CHECK(!ranked.empty(), "none of the ", layouts.size(), " layouts of ", a.nproc,
+               " ranks fits ", limit / (1 << 20), " MiB per device with the estimator's ",
+               kFitMargin * 100, "% margin; use more ranks, a smaller batch or more memory");
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Ranked& x, const Ranked& y) { return x.p.step_s < y.p.step_s; });
+  const size_t shown = std::min<size_t>(static_cast<size_t>(a.top), ranked.size());
+  if (a.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t i = 0; i < shown; ++i) {
+      const auto& r = ranked[i];
+      out.push_back({{"layout", r.layout.to_string()},
+                     {"overrides", r.layout.overrides()},
+                     {"step_s", r.p.step_s},
+                     {"tokens_per_s", r.p.tokens_per_s},
+                     {"mfu", r.p.mfu},
+                     {"peak_bytes", r.peak},
+                     {"compute_s", r.p.compute_s},
+                     {"recompute_s", r.p.recompute_s},
+                     {"tp_comm_s", r.p.tp_comm_s},
+                     {"bubble_s", r.p.bubble_s},
+                     {"dp_exposed_s", r.p.dp_exposed_s},
+                     {"optimizer_s", r.p.optimizer_s},
+                     {"offload_s", r.p.offload_s}});
+    }
+    std::printf("%s\n", out.dump(1).c_str());
+    return 0;
+  }
+  std::printf("strata plan: %s on %lld ranks, batch %lld, %s; profile %s\n", spec.flavour.c_str(),
+              static_cast<long long>(a.nproc), static_cast<long long>(cfg.training.batch_size),
+              cfg.memory.precision.c_str(), hw.name.c_str());
+  std::printf(
+      "%zu layouts start, %zu fit%s; the %zu fastest predicted:\n", layouts.size(), ranked.size(),
+      limit > 0 ? c10::str(" ", limit / (1 << 20), " MiB").c_str() : " (no memory limit)", shown);
+  std::printf("%3s %9s %10s %6s %9s %8s %8s %8s %8s %8s %8s  %s\n", "#", "step ms", "tokens/s",
+              "MFU", "peak MiB", "compute", "recomp", "tp comm", "bubble", "dp comm", "optim",
+              "layout");
+  for (size_t i = 0; i < shown; ++i) {
+    const auto& r = ranked[i];
+    std::printf("%3zu %9.2f %10.0f %5.1f%% %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %s\n", i + 1,
+                r.p.step_s * 1e3, r.p.tokens_per_s, r.p.mfu * 100, r.peak / (1 << 20),
+                r.p.compute_s * 1e3, r.p.recompute_s * 1e3, r.p.tp_comm_s * 1e3, r.p.bubble_s * 1e3,
+                r.p.dp_exposed_s * 1e3, r.p.optimizer_s * 1e3, r.layout.to_string().c_str());
+  }
+  std::string run;
+  for (const auto& o2 : ranked.front().layout.overrides()) run += " " + o2;
+  std::printf("run the first:%s\n", run.c_str());
+  return 0;
+}
+
+}  // namespace strata

@@ -1,0 +1,91 @@
+// The step-time cost model (Note [cost model]) on hand-made profiles: the pipeline's
+// bubble is the schedule's, the parts add up to the step, recompute costs a forward,
+// and slower links push the ranking away from tensor parallelism.
+#include <gtest/gtest.h>
+
+#include "strata/plan/cost_model.h"
+
+using namespace strata;
+
+namespace {
+// A machine whose multiplies run at 1 TFLOP/s at any size, with the given collective
+// bandwidth (bytes/s) and latency for every op and group size up to 4.
+HardwareProfile flat(double link_bytes_per_s, double memory = 0, double latency = 1e-5) {
+  HardwareProfile p;
+  p.name = "flat";
+  p.gemm["fp32"] = {{1, 1e-12}, {1e15, 1e3}};
+  p.memory_bytes_per_s = memory;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})
+    for (int64_t g = 2; g <= 4; ++g) p.collectives[op][g] = {latency, link_bytes_per_s};
+  return p;
+}
+ModelSpec gpt(int64_t layers, int64_t vocab) {
+  ModelSpec s;
+  s.flavour = "gpt";
+  s.family = Family::kGpt;
+  s.n_layer = layers, s.n_head = 4, s.d_model = 256, s.seq_len = 128, s.vocab_size = vocab;
+  s.vocab_multiple = 1;
+  return s;
+}
+Layout layout(int64_t dp, int64_t tp, int64_t pp, int64_t mb, const std::string& schedule) {
+  Layout l;
+  l.dp = dp, l.tp = tp, l.pp = pp, l.micro_batch = mb, l.schedule = schedule;
+  return l;
+}
+}  // namespace
+
+TEST(CostModel, GpipeBubbleIsTheSchedulesAndThePartsAddUp) {
+  // 4 equal stages (a 4-entry vocabulary makes the head free, free sends), 4
+  // micro-batches: GPipe idles (p - 1) / (m + p - 1) = 3/7 of the step.
+  const ModelSpec s = gpt(4, 4);
+  const HardwareProfile hw = flat(1e15, 0, 0);
+  const StepPrediction p = predict_step(s, layout(1, 1, 4, 1, "gpipe"), {"fp32", 4, 0.5}, hw);
+  EXPECT_NEAR(p.bubble_s / p.step_s, 3.0 / 7.0, 0.02);
+  EXPECT_NEAR(p.compute_s + p.bubble_s, p.step_s, 0.02 * p.step_s) << "send time is negligible";
+  // One stage: the step is the sum of its parts, no bubble.
+  const StepPrediction q = predict_step(s, layout(1, 1, 1, 1, "1f1b"), {"fp32", 4, 0.5}, hw);
+  EXPECT_EQ(q.bubble_s, 0);
+  EXPECT_NEAR(
+      q.step_s,
+      q.compute_s + q.recompute_s + q.tp_comm_s + q.dp_exposed_s + q.optimizer_s + q.offload_s,
+      1e-9 * q.step_s);
+  // 1F1B has GPipe's bubble; more micro-batches shrink it.
+  const StepPrediction r = predict_step(s, layout(1, 1, 4, 1, "1f1b"), {"fp32", 16, 0.5}, hw);
+  EXPECT_NEAR(r.bubble_s / r.step_s, 3.0 / 19.0, 0.02);
+}
+
+TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
+  const ModelSpec s = gpt(4, 1000);
+  const HardwareProfile hw = flat(1e9, 1e10);
+  Layout none = layout(1, 1, 1, 2, "1f1b"), full = none, sel = none;
+  full.recompute = "full";
+  sel.recompute = "selective";
+  const CostOptions o{"fp32", 8, 0.5};
+  const StepPrediction a = predict_step(s, none, o, hw), b = predict_step(s, full, o, hw),
+                       c = predict_step(s, sel, o, hw);
+  EXPECT_EQ(a.recompute_s, 0);
+  EXPECT_GT(b.recompute_s, c.recompute_s);
+  EXPECT_GT(c.recompute_s, 0);
+  EXPECT_NEAR(b.step_s - a.step_s, b.recompute_s, 1e-9);
+  // tp=2 halves the block GEMMs and adds 4 all-reduces of (mb T d) floats per block.
+  const StepPrediction t = predict_step(s, layout(1, 2, 1, 2, "1f1b"), o, hw);
+  const double ar = hw.collective_seconds("all_reduce", 2, 2.0 * 128 * 256 * 4);
+  EXPECT_NEAR(t.tp_comm_s, 4 * 4 * 4 * ar, 1e-9);  // 4 blocks x 4 micro-batches x 4
+}
+
+TEST(CostModel, SlowerLinksPushAwayFromTensorParallel) {
+  // The same 4 ranks as tp=4 or as a pipeline of 4 (1F1B, 8 micro-batches), element-wise
+  // work nearly free: on fast links tp wins (no bubble), on links 1000x slower with
+  // 100x the latency the pipeline does.
+  const ModelSpec s = gpt(8, 1000);
+  const CostOptions o{"fp32", 8, 0.5};
+  auto ratio = [&](const HardwareProfile& hw) {
+    return predict_step(s, layout(1, 4, 1, 1, "1f1b"), o, hw).step_s /
+           predict_step(s, layout(1, 1, 4, 1, "1f1b"), o, hw).step_s;
+  };
+  const double fast = ratio(flat(1e12, 1e14, 1e-6)), slow = ratio(flat(1e9, 1e14, 1e-4));
+  std::printf("tp=4 / pp=4 predicted step: %.3f on fast links, %.3f on slow\n", fast, slow);
+  EXPECT_GT(slow, 1.5 * fast);
+  EXPECT_LT(fast, 1.0) << "on fast links tp wins (no bubble)";
+  EXPECT_GT(slow, 1.0) << "on slow links the pipeline wins";
+}
