@@ -128,6 +128,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   HardwareProfile p;
   p.name = std::string(host) + ", " + std::to_string(threads) + " thread(s) per rank";
   p.threads = threads;
+  p.cores = cores;
   p.ranks_per_node = a.nproc;
   std::printf("calibrate: %s, %lld thread(s) per rank, collectives over 2..%lld ranks (gloo)\n",
               host, static_cast<long long>(threads), static_cast<long long>(a.nproc));

@@ -57,13 +57,23 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   const int64_t m = o.batch / (l.micro_batch * l.dp);  // micro-batches per step
   STRATA_CHECK(m >= 1, "the batch ", o.batch, " does not fill one micro-batch of ", l.micro_batch,
                " on each of ", l.dp, " replicas");
-  const BlockCost b = block_cost(s, l, hw, dtype, elem);
+  BlockCost b = block_cost(s, l, hw, dtype, elem);
+  // Ranks of a CPU run share the machine's cores: with more threads in all than cores,
+  // compute stretches by the ratio (the profile timed one rank alone).
+  const double world = static_cast<double>(l.dp * l.tp * l.pp);
+  const double share =
+      hw.cores > 0
+          ? std::max(1.0, world * static_cast<double>(hw.threads) / static_cast<double>(hw.cores))
+          : 1.0;
 
   // The ends: embedding lookups, the head's vocabulary GEMM and fp32 cross-entropy.
   const double V = static_cast<double>(s.padded_vocab(l.tp)) / tp;
-  const double head_mm = hw.gemm_seconds(dtype, 2 * N * d * V);
-  const double head_ew = hw.memory_bytes_per_s > 0 ? N * V * 4 * 4 / hw.memory_bytes_per_s : 0;
-  const double embed_ew = hw.memory_bytes_per_s > 0 ? N * d * elem * 4 / hw.memory_bytes_per_s : 0;
+  const double head_mm = share * hw.gemm_seconds(dtype, 2 * N * d * V);
+  const double head_ew =
+      hw.memory_bytes_per_s > 0 ? share * N * V * 4 * 4 / hw.memory_bytes_per_s : 0;
+  const double embed_ew =
+      hw.memory_bytes_per_s > 0 ? share * N * d * elem * 4 / hw.memory_bytes_per_s : 0;
+  b.forward *= share, b.backward *= share, b.recompute *= share;
 
   // Each virtual stage's forward and backward per micro-batch.
   const int64_t stages = l.pp * l.pp_virtual;
@@ -154,7 +164,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // half copy with master weights.
   const double shard = l.zero > 0 ? params / dp : params;
   if (hw.memory_bytes_per_s > 0)
-    p.optimizer_s = shard * (28 + (half ? 4 : 0)) / hw.memory_bytes_per_s;
+    p.optimizer_s = share * shard * (28 + (half ? 4 : 0)) / hw.memory_bytes_per_s;
   if (l.offload && hw.host_to_device_bytes_per_s > 0)
     p.offload_s =
         shard * elem / hw.device_to_host_bytes_per_s + shard * elem / hw.host_to_device_bytes_per_s;
@@ -162,7 +172,6 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   p.tokens_per_s = static_cast<double>(o.batch) * T / p.step_s;
   const double peak = hw.peak_flops(dtype);
   const double flops_per_token = transformer_flops_per_token(s);
-  const double world = static_cast<double>(l.dp * l.tp * l.pp);
   p.mfu = peak > 0 ? flops_per_token * p.tokens_per_s / (world * peak) : 0;
   return p;
 }

@@ -28,7 +28,8 @@ namespace strata {
 //    (forward and backward) and reduce-scatters each micro-batch, hidden behind the
 //    block's compute by prefetch up to the overlap fraction;
 //  - the optimizer: AdamW's traffic over this rank's (sharded) parameters; offload's
-//    copies over the host link (none on a CPU, where host memory is the device's).
+//    copies over the host link (none on a CPU, where host memory is the device's);
+//  - on a CPU the ranks share the cores: compute stretches by ranks x threads / cores.
 struct StepPrediction {
   double step_s = 0;
   double compute_s = 0;     // forward + backward on the busiest rank (without recompute)

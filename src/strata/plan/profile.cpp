@@ -78,6 +78,7 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"device", p.device},
           {"backend", p.backend},
           {"threads", p.threads},
+          {"cores", p.cores},
           {"ranks_per_node", p.ranks_per_node},
           {"gemm", gemm},
           {"memory_bytes_per_s", p.memory_bytes_per_s},
@@ -113,6 +114,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   p.device = j.value("device", "cpu");
   p.backend = j.value("backend", "gloo");
   p.threads = j.value("threads", int64_t{1});
+  p.cores = j.value("cores", int64_t{0});
   p.ranks_per_node = j.value("ranks_per_node", int64_t{1});
   if (j.contains("gemm")) {
     STRATA_CHECK(j["gemm"].is_object(), where, ": gemm must map dtypes to lists of points");

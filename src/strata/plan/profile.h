@@ -30,6 +30,7 @@ struct LinkFit {
 struct HardwareProfile {
   std::string name, device = "cpu", backend = "gloo";
   int64_t threads = 1;         // intra-op threads per rank it was measured with
+  int64_t cores = 0;           // CPU profiles: the machine's cores (its ranks share them)
   int64_t ranks_per_node = 1;  // links: groups up to this size stay in one node
   std::map<std::string, std::vector<GemmPoint>> gemm;  // "fp32", "bf16": by flops
   double memory_bytes_per_s = 0;

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The planner against measurement: `strata plan --json` predicts every layout's step for a
+model and world; this runs a sample of them (or all: --sample 0) for a few steps each with
+`strata train` and compares the median measured step with the prediction. Prints each
+layout's predicted and measured milliseconds, the median and largest |error|, Spearman's
+rank correlation, whether the predicted first is within 5% of the measured best, and how
+many layouts ran. Run alone: a build beside it skews the figures.
+
+  python3 bench/plan/run.py [--nproc 4 --flavour debug --batch 16 --sample 12 --steps 8]
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def spearman(a, b):
+    def ranks(x):
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        for k, i in enumerate(order):
+            r[i] = float(k)
+        return r
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va and vb else float("nan")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--strata", default=os.path.join(ROOT, "build", "strata"))
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--flavour", default="debug")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--profile", default="", help="default: this machine's from strata calibrate")
+    p.add_argument("--sample", type=int, default=12, help="layouts to run; 0: all")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--extra", default="", help="more --section.key=value for plan and train")
+    a = p.parse_args()
+    common = [f"--model.flavour={a.flavour}", "--data.source=synthetic",
+              f"--training.batch_size={a.batch}"] + a.extra.split()
+    plan = [a.strata, "plan", "--nproc", str(a.nproc), "--top", "100000", "--json"] + common
+    if a.profile:
+        plan += ["--profile", a.profile]
+    rows = json.loads(subprocess.run(plan, check=True, capture_output=True, text=True).stdout)
+    best_predicted = rows[0]
+    chosen = rows if a.sample == 0 else [rows[0]] + random.Random(a.seed).sample(
+        rows[1:], min(a.sample - 1, len(rows) - 1))
+    pred, meas = [], []
+    print(f"{a.flavour}, {a.nproc} ranks, batch {a.batch}: {len(rows)} layouts fit; running "
+          f"{len(chosen)} for {a.steps} steps each")
+    print(f"{'predicted ms':>12} {'measured ms':>12} {'error':>8}  layout")
+    for r in chosen:
+        with tempfile.TemporaryDirectory(prefix="strata-bench-plan-") as d:
+            cmd = [a.strata, "train", "--nproc", str(a.nproc), f"--training.steps={a.steps}",
+                   "--training.eval_interval=0", "--checkpoint.save_final=false",
+                   "--logging.progress=off", f"--logging.run_dir={d}"] + common + r["overrides"]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                print(f"{'':>12} {'failed':>12} {'':>8}  {r['layout']}: {run.stderr.strip()[-200:]}")
+                continue
+            recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))][a.warmup:]
+        m = statistics.median(x["step_ms"] for x in recs)
+        pr = r["step_s"] * 1e3
+        pred.append(pr)
+        meas.append(m)
+        print(f"{pr:12.1f} {m:12.1f} {100 * (pr - m) / m:7.1f}%  {r['layout']}")
+    errs = [abs(x - y) / y for x, y in zip(pred, meas)]
+    print(f"layouts run: {len(meas)}; |error| median {100 * statistics.median(errs):.1f}%, "
+          f"max {100 * max(errs):.1f}%; Spearman {spearman(pred, meas):.2f}")
+    best = min(meas)
+    first = meas[0]
+    print(f"predicted first ({best_predicted['layout']}) measures {first:.1f} ms, "
+          f"{100 * (first - best) / best:.1f}% above the measured best of those run")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
