@@ -33,7 +33,7 @@ TEST(BadInput, ParserErrorsUseStrataConvention) {
     std::string args, message;
   };
   const std::vector<Case> cases = {
-      {"", "error: no command given; choose one of train, launch, estimate, report, schedule, export, import, generate, version"},
+      {"", "error: no command given; choose one of train, launch, estimate, report, schedule, export, import, generate, calibrate, plan, version"},
       {"trian", "error: 'trian' is not a strata command; did you mean 'train'?"},
       {"estimat -c x.toml", "did you mean 'estimate'?"},
       {"--bogus train", "error: '--bogus' comes before a command"},
