@@ -306,14 +306,7 @@ ModelSpec hf_spec(const std::string& dir, int64_t vocab_multiple) {
 }
 
 void apply_hf_model(Config& cfg, const std::string& dir) {
-  const ModelSpec s = hf_spec(dir, cfg.model.vocab_multiple);
-  cfg.model.flavour = s.flavour;
-  cfg.model.n_layer = s.n_layer;
-  cfg.model.n_head = s.n_head;
-  cfg.model.d_model = s.d_model;
-  cfg.model.seq_len = s.seq_len;
-  cfg.model.vocab_size = s.vocab_size;
-  cfg.model.tied_embedding = s.tied_embedding;
+  apply_spec_json(cfg.model, spec_json(hf_spec(dir, cfg.model.vocab_multiple)));
 }
 
 HfReader::HfReader(const std::string& dir, int64_t vocab_multiple)
@@ -399,9 +392,8 @@ int run_import(const ImportArgs& a) {
   }
   const std::string tmp = a.out + "/" + checkpoint_dir_name(0) + ".tmp";
   write_shard(tmp, 0, pieces);
-  Config cfg;
-  cfg.model.vocab_multiple = a.vocab_multiple;
-  apply_hf_model(cfg, a.hf_dir);
+  Config cfg;  // the folder's shape, from the config.json the reader already checked
+  apply_spec_json(cfg.model, spec_json(in.spec()));
   const nlohmann::json meta = {{"format", 2},
                                {"step", 0},
                                {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}}},

@@ -1,7 +1,5 @@
 #pragma once
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

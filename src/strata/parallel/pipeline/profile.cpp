@@ -16,7 +16,7 @@ namespace {
 class TimedPart {
  public:
   TimedPart(const ModelSpec& spec, StageInfo stage, int64_t micro, at::Device device)
-      : spec_(spec), stage_(stage), device_(device), part_(build_model(spec, stage)) {
+      : stage_(stage), device_(device), part_(build_model(spec, stage)) {
     part_->to(device);
     const auto ints = at::TensorOptions().dtype(at::kLong).device(device);
     batch_.input = at::randint(spec.vocab_size, {micro, spec.seq_len}, ints);
@@ -39,7 +39,6 @@ class TimedPart {
   }
 
  private:
-  ModelSpec spec_;
   StageInfo stage_;
   at::Device device_;
   std::shared_ptr<Model> part_;
