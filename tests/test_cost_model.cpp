@@ -67,10 +67,24 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_GT(b.recompute_s, c.recompute_s);
   EXPECT_GT(c.recompute_s, 0);
   EXPECT_NEAR(b.step_s - a.step_s, b.recompute_s, 1e-9);
-  // tp=2 halves the block GEMMs and adds 4 all-reduces of (mb T d) floats per block.
+  // tp=2 halves the block GEMMs and adds 4 all-reduces of (mb T d) floats per block,
+  // one at each end (the embedding's forward, the head input's backward) and the
+  // vocab-parallel loss's three of a float per position.
   const StepPrediction t = predict_step(s, layout(1, 2, 1, 2, "1f1b"), o, hw);
   const double ar = hw.collective_seconds("all_reduce", 2, 2.0 * 128 * 256 * 4);
-  EXPECT_NEAR(t.tp_comm_s, 4 * 4 * 4 * ar, 1e-9);  // 4 blocks x 4 micro-batches x 4
+  const double small = hw.collective_seconds("all_reduce", 2, 2.0 * 128 * 4);
+  EXPECT_NEAR(t.tp_comm_s, 4 * (4 * 4 * ar + 2 * ar + 3 * small), 1e-9);  // 4 micro-batches
+  // Sequence parallel: per block 6 all-gathers, 4 reduce-scatters and 6 small
+  // all-reduces of the replicated parameters' gradients.
+  Layout sp = layout(1, 2, 1, 2, "1f1b");
+  sp.sequence_parallel = true;
+  const StepPrediction u = predict_step(s, sp, o, hw);
+  const double ag = hw.collective_seconds("all_gather", 2, 2.0 * 128 * 256 * 4);
+  const double rs = hw.collective_seconds("reduce_scatter", 2, 2.0 * 128 * 256 * 4);
+  const double param = hw.collective_seconds("all_reduce", 2, 256 * 4);
+  EXPECT_NEAR(u.tp_comm_s,
+              4 * (4 * (6 * ag + 4 * rs + 6 * param) + 2 * (ag + rs) + 3 * param + 3 * small),
+              1e-9);
 }
 
 TEST(CostModel, SlowerLinksPushAwayFromTensorParallel) {
@@ -88,4 +102,29 @@ TEST(CostModel, SlowerLinksPushAwayFromTensorParallel) {
   EXPECT_GT(slow, 1.5 * fast);
   EXPECT_LT(fast, 1.0) << "on fast links tp wins (no bubble)";
   EXPECT_GT(slow, 1.0) << "on slow links the pipeline wins";
+}
+
+TEST(CostModel, MeasuredContentionAndStepScaleStretchTheStep) {
+  // A CPU profile measured 2 ranks computing 1.5x slower than one alone and reference
+  // steps 1.2x the kernels' sum: data parallel over 2 ranks costs each rank's compute
+  // 1.5x and the whole step 1.2x; a pipeline's ranks, idle through its bubble, see less.
+  const ModelSpec s = gpt(4, 1000);
+  HardwareProfile hw = flat(1e9, 1e10);
+  hw.device = "cpu", hw.cores = 2, hw.threads = 1;
+  const CostOptions o{"fp32", 8, 0.0};
+  const StepPrediction alone = predict_step(s, layout(2, 1, 1, 4, "1f1b"), o, hw);
+  hw.contention[2] = 1.5;
+  const StepPrediction shared = predict_step(s, layout(2, 1, 1, 4, "1f1b"), o, hw);
+  EXPECT_NEAR(shared.compute_s, 1.5 * alone.compute_s, 1e-9);
+  hw.step_scale[2] = 1.2;
+  const StepPrediction scaled = predict_step(s, layout(2, 1, 1, 4, "1f1b"), o, hw);
+  EXPECT_NEAR(scaled.step_s, 1.2 * shared.step_s, 1e-9);
+  hw.step_scale.clear();
+  hw.contention[4] = 3.0;
+  const StepPrediction pipe = predict_step(s, layout(1, 1, 4, 1, "gpipe"), o, hw);
+  hw.contention.clear();
+  hw.cores = 0;  // no sharing at all
+  const StepPrediction free = predict_step(s, layout(1, 1, 4, 1, "gpipe"), o, hw);
+  EXPECT_GT(pipe.compute_s, 1.5 * free.compute_s);
+  EXPECT_LT(pipe.compute_s, 3.0 * free.compute_s) << "the bubble's idle ranks free cores";
 }

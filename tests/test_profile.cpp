@@ -41,6 +41,25 @@ TEST(Profile, LookupsInterpolateRatesAndScaleCollectives) {
   EXPECT_GT(p.collective_seconds("reduce_scatter", 16, 1e9),
             p.collective_seconds("reduce_scatter", 8, 1e9))
       << "across nodes costs more";
+
+  // Kernels interpolate as GEMMs do; a missing one is the caller's fallback.
+  p.kernels["gelu/fp32"] = {{1e3, 1e-6}, {1e5, 1e-5}};
+  EXPECT_DOUBLE_EQ(p.kernel_seconds("gelu/fp32", 1e4, 0), 1e4 / 5.5e9);
+  EXPECT_DOUBLE_EQ(p.kernel_seconds("gelu/bf16", 1e4, 7.0), 7.0);
+  // Contention: linear between measured sizes from 1 at one rank; beyond the largest
+  // it grows with the oversubscription; without measurements, ranks x threads / cores.
+  p.cores = 2, p.threads = 1;
+  EXPECT_DOUBLE_EQ(p.compute_share(4), 2.0);
+  EXPECT_DOUBLE_EQ(p.compute_share(1), 1.0);
+  p.contention = {{2, 1.2}, {4, 2.6}};
+  EXPECT_DOUBLE_EQ(p.compute_share(1.5), 1.1);
+  EXPECT_DOUBLE_EQ(p.compute_share(3), 1.9);
+  EXPECT_DOUBLE_EQ(p.compute_share(8), 2.6 * 2);
+  // Step scales: the nearest measured size below, 1 below all.
+  p.step_scale = {{2, 1.3}, {4, 1.1}};
+  EXPECT_DOUBLE_EQ(p.step_scale_for(1), 1.0);
+  EXPECT_DOUBLE_EQ(p.step_scale_for(3), 1.3);
+  EXPECT_DOUBLE_EQ(p.step_scale_for(16), 1.1);
 }
 
 TEST(Profile, LinkFitRecoversLatencyAndBandwidth) {
@@ -61,6 +80,10 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   p.gemm["bf16"] = {{1e6, 1e-3}, {1e9, 1e-1}};
   p.collectives["send_recv"][2] = {5e-6, 2e9};
   p.memory_bytes_per_s = 1e10;
+  p.kernels["gelu/fp32"] = {{1e3, 1e-6}, {1e6, 5e-4}};
+  p.op_overhead_s = 4e-6;
+  p.contention[2] = 1.1;
+  p.step_scale[1] = 1.2;
   const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
   EXPECT_EQ(profile_json(q), profile_json(p));
   auto error = [](const std::string& text) {
@@ -106,6 +129,13 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     EXPECT_GT(p.peak_flops(d), 1e8) << d;
   }
   EXPECT_GT(p.memory_bytes_per_s, 1e8);
+  for (const char* k :
+       {"cross_entropy", "adamw", "linear/fp32", "attention/bf16", "gelu/fp32", "layer_norm/bf16"})
+    EXPECT_GE(p.kernels.count(k) ? p.kernels.at(k).size() : 0u, 1u) << k;
+  EXPECT_GT(p.op_overhead_s, 0);
+  EXPECT_GE(p.contention.at(2), 1.0);
+  EXPECT_GE(p.step_scale.at(1), 1.0);
+  EXPECT_GE(p.step_scale.at(2), 1.0);
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
     ASSERT_TRUE(p.collectives.count(op) && p.collectives.at(op).count(2)) << op << "\n" << r.output;
     EXPECT_GT(p.collectives.at(op).at(2).bytes_per_s, 1e6) << op;

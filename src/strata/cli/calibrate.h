@@ -16,8 +16,9 @@ struct CalibrateArgs {
   bool quick = false;   // fewer sizes and repeats (tests)
 };
 int run_calibrate(const CalibrateArgs& a, const std::string& self_exe);
-// One launched rank: times the collectives at its world size; rank 0 writes their fits
-// (JSON: op -> {latency_s, bytes_per_s}) to out.
-int run_calibrate_worker(const std::string& out, bool quick);
+// One launched rank: times the collectives at its world size and the compute mix with
+// every rank running it at once; rank 0 writes the fits (JSON: op -> {latency_s,
+// bytes_per_s}) and that mix's seconds ("compute_s") to out.
+int run_calibrate_worker(const std::string& out, bool quick, int64_t threads);
 
 }  // namespace strata

@@ -233,6 +233,8 @@ int main(int argc, char** argv) {
   bool worker_quick = false;
   calibrate_worker->add_option("--out", worker_out)->required();
   calibrate_worker->add_flag("--quick", worker_quick);
+  int64_t worker_threads = 1;
+  calibrate_worker->add_option("--threads", worker_threads);
   calibrate_worker->group("");  // not in --help
 
   app.add_subcommand("version", "print the version")->callback([] {
@@ -311,7 +313,8 @@ int main(int argc, char** argv) {
       pa.overrides = plan->remaining();
       return strata::run_plan(pa);
     }
-    if (calibrate_worker->parsed()) return strata::run_calibrate_worker(worker_out, worker_quick);
+    if (calibrate_worker->parsed())
+      return strata::run_calibrate_worker(worker_out, worker_quick, worker_threads);
     if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();

@@ -59,7 +59,8 @@ int run_plan(const PlanArgs& a) {
   CostOptions o;
   o.precision = cfg.memory.precision;
   o.batch = cfg.training.batch_size;
-  o.overlap = hw.backend == "nccl" ? 0.9 : 0.5;
+  o.overlap =
+      hw.backend == "nccl" ? 0.9 : 0.0;  // Gloo on CPU: comm threads need the cores compute holds
   std::vector<Ranked> ranked;
   ModelSpec spec;
   for (const Layout& l : layouts) {

@@ -12,38 +12,120 @@
 namespace strata {
 
 namespace {
-
-struct BlockCost {
-  double forward = 0, backward = 0, recompute = 0, tp_comm = 0;  // one block, one micro-batch
-};
-
-// One block's cost for a micro-batch of `mb` sequences (Note [cost model]).
-BlockCost block_cost(const ModelSpec& s, const Layout& l, const HardwareProfile& hw,
-                     const std::string& dtype, double elem) {
-  const double T = static_cast<double>(s.seq_len), d = static_cast<double>(s.d_model);
-  const double tp = static_cast<double>(l.tp), N = static_cast<double>(l.micro_batch) * T;
-  const double heads = static_cast<double>(s.n_head) / tp, dh = d / static_cast<double>(s.n_head);
-  auto mm = [&](double m, double k, double n) { return hw.gemm_seconds(dtype, 2 * m * k * n); };
-  const double linears =
-      mm(N, d, 3 * d / tp) + mm(N, d / tp, d) + mm(N, d, 4 * d / tp) + mm(N, 4 * d / tp, d);
-  // Attention: two batched products per (sequence, head) of T x dh by dh x T and back.
-  const double core = 2 * static_cast<double>(l.micro_batch) * heads * mm(T, dh, T);
-  // Element-wise bytes in forward: norms, residuals and dropout on the (replicated or,
-  // under SP, split) stream, GELU and biases on this rank's 4d/tp, the softmax's T x T.
-  const double stream = l.sequence_parallel ? N / tp : N;
-  const double elementwise = (stream * d * 10 + N * 4 * d / tp * 3) * elem +
-                             static_cast<double>(l.micro_batch) * heads * T * T * 4 * 3;
-  const double ew = hw.memory_bytes_per_s > 0 ? elementwise / hw.memory_bytes_per_s : 0;
-  BlockCost c;
-  c.forward = linears + core + ew;
-  c.backward = 2 * (linears + core) + 2 * ew;
-  if (l.recompute == "full") c.recompute = c.forward;
-  if (l.recompute == "selective") c.recompute = core;
-  if (l.tp > 1) c.tp_comm = 2 * hw.collective_seconds("all_reduce", l.tp, N * d * elem);
-  return c;
+double elementwise_seconds(const HardwareProfile& hw, double bytes) {
+  return hw.memory_bytes_per_s > 0 ? bytes / hw.memory_bytes_per_s : 0;
 }
 
+// Note [op counts]: the autograd ops one micro-batch runs through each part (forward
+// ops; each has a backward node), counted from the models' forward code: every op
+// pays the profile's op_overhead_s, which is what makes one-sequence micro-batches and
+// thin tensor-parallel slices cost more than their FLOPs on a CPU. Views count: they
+// are ops with autograd nodes too.
+constexpr double kBlockOps = 30;     // norms, linears as matmul + view, q/k/v views, sdpa, adds
+constexpr double kTpBlockOps = 6;    // the regions' copies and reductions, and their views
+constexpr double kGptHeadOps = 10;   // final norm, tied head matmul, views, cross-entropy
+constexpr double kBertHeadOps = 16;  // + the MLM transform's dense, GELU and norm
+constexpr double kTpHeadOps = 10;    // vocab-parallel loss: max, sum, target pick, masks
+constexpr double kEmbedOps = 6;      // lookups, positions, add (BERT: + types and a norm)
 }  // namespace
+
+PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& o,
+                        const HardwareProfile& hw) {
+  const bool half = o.precision != "fp32";
+  const std::string dtype = half && hw.gemm.count("bf16") ? "bf16" : "fp32";
+  const double elem = half ? 2 : 4;
+  const bool bert = s.family == Family::kBert;
+  const double T = static_cast<double>(s.seq_len), d = static_cast<double>(s.d_model);
+  const double tp = static_cast<double>(l.tp), mb = static_cast<double>(l.micro_batch);
+  const double N = mb * T;
+  const double heads = static_cast<double>(s.n_head) / tp, dh = d / static_cast<double>(s.n_head);
+  auto mm = [&](double m, double k, double n) { return hw.gemm_seconds(dtype, 2 * m * k * n); };
+  // Forward and backward of a kernel from the profile, or bytes over the bandwidth.
+  auto kernel = [&](const std::string& name, double work, double bytes) {
+    return hw.kernel_seconds(name + (name == "cross_entropy" ? "" : "/" + dtype), work,
+                             elementwise_seconds(hw, bytes));
+  };
+  const double stream = l.sequence_parallel ? N / tp : N;  // rows of the residual stream here
+  const double ops = hw.op_overhead_s;
+  PartCosts c;
+  // A block: q/k/v, projection and the MLP's two linears (tp splits their output or
+  // input features), backward twice forward.
+  // A linear's forward and backward: the profile's linear-layer curve (thin shapes run
+  // below a square multiply's rate), else its three multiplies.
+  auto linear = [&](double m, double k, double n) {
+    return hw.kernel_seconds("linear/" + dtype, 6 * m * k * n, 3 * mm(m, k, n)) / 3;
+  };
+  const double linears = linear(N, d, 3 * d / tp) + linear(N, d / tp, d) +
+                         linear(N, d, 4 * d / tp) + linear(N, 4 * d / tp, d);
+  // Attention's fused kernel, per (sequence, head) of this rank's (fallback: its two
+  // products as GEMMs).
+  const double attention =
+      mb * heads * hw.kernel_seconds("attention/" + dtype, 12 * T * T * dh, 3 * 2 * mm(T, dh, T));
+  // Two norms on the stream, GELU on this rank's 4d/tp, and plain element-wise work:
+  // two residual adds and the heads' transpose copy (forward; backward half again).
+  const double norms = 2 * kernel("layer_norm", stream * d, stream * d * elem * 5);
+  const double gelu = kernel("gelu", N * 4 * d / tp, N * 4 * d / tp * elem * 5);
+  const double plain = elementwise_seconds(hw, (stream * d * 6 + N * d / tp * 2) * elem);
+  const double block_ops = ops * (kBlockOps + (l.tp > 1 ? kTpBlockOps : 0));
+  const double fb_kernels = attention + norms + gelu;  // forward + backward together
+  c.block_forward = linears + fb_kernels / 3 + plain + block_ops / 2;
+  c.block_backward = 2 * linears + 2 * fb_kernels / 3 + 1.5 * plain + block_ops / 2;
+  if (l.recompute == "full") c.block_recompute = c.block_forward;
+  if (l.recompute == "selective") c.block_recompute = attention / 3 + ops * 2;
+  // Tensor parallel, per block: two all-reduces of the activations in forward and two
+  // in backward. Sequence parallel splits each into an all-gather and a reduce-scatter
+  // and does more of them: forward gathers before the two column linears and
+  // reduce-scatters after the two row linears; backward gathers the inputs again
+  // (Megatron's linear keeps only its shard), reduce-scatters their gradients and
+  // gathers the rows' gradients; and the six replicated parameters (two norms' weight
+  // and bias, two row biases) sum their gradients over the ranks' positions.
+  if (l.tp > 1) {
+    const double bytes = N * d * elem;
+    c.block_tp_comm = l.sequence_parallel
+                          ? 6 * hw.collective_seconds("all_gather", l.tp, bytes) +
+                                4 * hw.collective_seconds("reduce_scatter", l.tp, bytes) +
+                                6 * hw.collective_seconds("all_reduce", l.tp, d * 4)
+                          : 4 * hw.collective_seconds("all_reduce", l.tp, bytes);
+  }
+  // The first stage: token and position lookups (BERT: types and a norm); backward
+  // writes the tables' gradients (zeroed, then rows added).
+  const double V = static_cast<double>(s.padded_vocab(l.tp)) / tp;
+  const double embed_bytes = N * d * elem * (bert ? 5 : 3);
+  c.first_forward = elementwise_seconds(hw, embed_bytes) + ops * kEmbedOps / 2 +
+                    (bert ? kernel("layer_norm", stream * d, stream * d * elem * 5) / 3 : 0);
+  c.first_backward = elementwise_seconds(hw, embed_bytes + (V + T) * d * 4 * 2) +
+                     ops * kEmbedOps / 2 +
+                     (bert ? 2 * kernel("layer_norm", stream * d, stream * d * elem * 5) / 3 : 0);
+  // The last stage: final norm (BERT: the MLM transform's dense, GELU and norm), the
+  // vocabulary GEMM and the fp32 cross-entropy over this rank's vocabulary slice.
+  const double head_mm = linear(N, d, V) + (bert ? linear(N, d, d) : 0);
+  const double head_kernels =
+      kernel("layer_norm", N * d, N * d * elem * 5) * (bert ? 2 : 1) +
+      (bert ? kernel("gelu", N * d, N * d * elem * 5) : 0) +
+      hw.kernel_seconds("cross_entropy", N * V, elementwise_seconds(hw, N * V * 4 * 8));
+  const double head_ops = ops * ((bert ? kBertHeadOps : kGptHeadOps) + (l.tp > 1 ? kTpHeadOps : 0));
+  c.last_forward = head_mm + head_kernels / 3 + head_ops / 2;
+  c.last_backward = 2 * head_mm + 2 * head_kernels / 3 + head_ops / 2;
+  // Vocabulary-parallel ends: the embedding's all-reduce (SP: reduce-scatter, and an
+  // all-gather back), the head input's backward all-reduce (SP: all-gather and
+  // reduce-scatter), the replicated norms' and positions' gradients under SP, and the
+  // loss's three small all-reduces of a value per position.
+  if (l.tp > 1) {
+    const double bytes = N * d * elem;
+    const double small = hw.collective_seconds("all_reduce", l.tp, d * 4);
+    c.first_tp_comm = l.sequence_parallel ? hw.collective_seconds("reduce_scatter", l.tp, bytes) +
+                                                hw.collective_seconds("all_gather", l.tp, bytes) +
+                                                small * (bert ? 3 : 1)
+                                          : hw.collective_seconds("all_reduce", l.tp, bytes);
+    c.last_tp_comm =
+        (l.sequence_parallel
+             ? hw.collective_seconds("all_gather", l.tp, bytes) +
+                   hw.collective_seconds("reduce_scatter", l.tp, bytes) + small * (bert ? 4 : 2)
+             : hw.collective_seconds("all_reduce", l.tp, bytes)) +
+        3 * hw.collective_seconds("all_reduce", l.tp, N * 4);
+  }
+  return c;
+}
 
 StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptions& o,
                             const HardwareProfile& hw) {
@@ -57,40 +139,27 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   const int64_t m = o.batch / (l.micro_batch * l.dp);  // micro-batches per step
   STRATA_CHECK(m >= 1, "the batch ", o.batch, " does not fill one micro-batch of ", l.micro_batch,
                " on each of ", l.dp, " replicas");
-  BlockCost b = block_cost(s, l, hw, dtype, elem);
-  // Ranks of a CPU run share the machine's cores: with more threads in all than cores,
-  // compute stretches by the ratio (the profile timed one rank alone).
+  const PartCosts parts = predict_parts(s, l, o, hw);
   const double world = static_cast<double>(l.dp * l.tp * l.pp);
-  const double share =
-      hw.cores > 0
-          ? std::max(1.0, world * static_cast<double>(hw.threads) / static_cast<double>(hw.cores))
-          : 1.0;
-
-  // The ends: embedding lookups, the head's vocabulary GEMM and fp32 cross-entropy.
-  const double V = static_cast<double>(s.padded_vocab(l.tp)) / tp;
-  const double head_mm = share * hw.gemm_seconds(dtype, 2 * N * d * V);
-  const double head_ew =
-      hw.memory_bytes_per_s > 0 ? share * N * V * 4 * 4 / hw.memory_bytes_per_s : 0;
-  const double embed_ew =
-      hw.memory_bytes_per_s > 0 ? share * N * d * elem * 4 / hw.memory_bytes_per_s : 0;
-  b.forward *= share, b.backward *= share, b.recompute *= share;
 
   // Each virtual stage's forward and backward per micro-batch.
   const int64_t stages = l.pp * l.pp_virtual;
   std::vector<int64_t> blocks(1, s.n_layer);
   if (stages > 1) blocks = stage_partition(s, "auto", stages, l.pp_virtual);
-  std::vector<double> fwd(static_cast<size_t>(stages)), bwd(fwd.size()), rec(fwd.size()),
-      tpc(fwd.size());
+  std::vector<double> fwd1(static_cast<size_t>(stages)), bwd1(fwd1.size()), rec1(fwd1.size()),
+      tpc(fwd1.size());
+  const PartCosts& c = parts;
   for (int64_t v = 0; v < stages; ++v) {
     const auto nb = static_cast<double>(blocks[static_cast<size_t>(v)]);
-    double f = nb * b.forward, bw = nb * b.backward;
-    if (v == 0) f += embed_ew, bw += embed_ew;
-    if (v == stages - 1) f += head_mm + head_ew, bw += 2 * head_mm + head_ew;
-    fwd[static_cast<size_t>(v)] = f;
-    bwd[static_cast<size_t>(v)] = bw;
-    rec[static_cast<size_t>(v)] = nb * b.recompute;
-    tpc[static_cast<size_t>(v)] = nb * 2 * b.tp_comm;  // forward's two and backward's two
+    double f = nb * c.block_forward, bw = nb * c.block_backward, comm = nb * c.block_tp_comm;
+    if (v == 0) f += c.first_forward, bw += c.first_backward, comm += c.first_tp_comm;
+    if (v == stages - 1) f += c.last_forward, bw += c.last_backward, comm += c.last_tp_comm;
+    fwd1[static_cast<size_t>(v)] = f;
+    bwd1[static_cast<size_t>(v)] = bw;
+    rec1[static_cast<size_t>(v)] = nb * c.block_recompute;
+    tpc[static_cast<size_t>(v)] = comm;
   }
+  std::vector<double> fwd(fwd1.size()), bwd(fwd1.size()), rec(fwd1.size());
   const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
                                                       N * d * elem / (l.sequence_parallel ? tp : 1))
                               : 0;
@@ -117,8 +186,23 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       l.pp == 1 && l.pp_virtual == 1
           ? single_stage_schedule(m)
           : pipeline_schedule(parse_schedule_kind(l.schedule), l.pp, m, l.pp_virtual);
-  const Simulation sim = simulate_schedule(schedule, cost);
-  STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
+  // Ranks of a CPU run share the machine (Note [contention]), but a pipeline's ranks
+  // wait through its bubble and leave part of their cores to the others (a Gloo wait
+  // polls: about half a rank's load, kWaitingLoad): the slowdown is that of the ranks
+  // computing on average, found by simulating again with it (a few rounds settle it).
+  constexpr double kWaitingLoad = 0.5;
+  double share = hw.device == "cpu" ? hw.compute_share(world) : 1.0;
+  Simulation sim;
+  for (int round = 0; round < (hw.device == "cpu" && l.pp > 1 ? 4 : 1); ++round) {
+    for (size_t v = 0; v < fwd.size(); ++v)
+      fwd[v] = share * fwd1[v], bwd[v] = share * bwd1[v], rec[v] = share * rec1[v];
+    sim = simulate_schedule(schedule, cost);
+    STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
+    double busy = 0;
+    for (const double b : sim.busy) busy += b;
+    const double active = world * busy / (static_cast<double>(l.pp) * sim.step_time);
+    share = hw.compute_share(std::max(1.0, active + kWaitingLoad * (world - active)));
+  }
 
   StepPrediction p;
   // The busiest rank's shares.
@@ -163,12 +247,23 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // AdamW reads parameter, gradient and two moments and writes three (fp32), plus the
   // half copy with master weights.
   const double shard = l.zero > 0 ? params / dp : params;
-  if (hw.memory_bytes_per_s > 0)
-    p.optimizer_s = share * shard * (28 + (half ? 4 : 0)) / hw.memory_bytes_per_s;
+  // AdamW's update (the profile's kernel, else its traffic: parameter, gradient and two
+  // moments read, three written, plus the half copy with master weights), the gradient
+  // norm's read and the gradients' zeroing.
+  p.optimizer_s =
+      share *
+      (hw.kernel_seconds("adamw", shard, elementwise_seconds(hw, shard * (28 + (half ? 4 : 0)))) +
+       elementwise_seconds(hw, params * elem * 2));
   if (l.offload && hw.host_to_device_bytes_per_s > 0)
     p.offload_s =
         shard * elem / hw.device_to_host_bytes_per_s + shard * elem / hw.host_to_device_bytes_per_s;
   p.step_s = sim.step_time + p.dp_exposed_s + p.optimizer_s + p.offload_s;
+  // What the kernels and collectives leave out, measured on a reference run (Note [step
+  // calibration]): every term stretches alike.
+  const double scale = hw.step_scale_for(l.dp * l.tp * l.pp);
+  for (double* x : {&p.step_s, &p.compute_s, &p.recompute_s, &p.tp_comm_s, &p.bubble_s,
+                    &p.dp_exposed_s, &p.optimizer_s, &p.offload_s})
+    *x *= scale;
   p.tokens_per_s = static_cast<double>(o.batch) * T / p.step_s;
   const double peak = hw.peak_flops(dtype);
   const double flops_per_token = transformer_flops_per_token(s);

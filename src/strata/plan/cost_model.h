@@ -10,26 +10,30 @@ namespace strata {
 
 // Note [cost model]: a training step's time for a transformer layout on a hardware
 // profile, from the work each rank does:
-//  - compute: each block's matrix multiplies (q/k/v, projection, MLP, attention's two
-//    batched products; tp splits their output or input features) at the profile's rate
-//    for that size, backward twice forward; element-wise work (norms, GELU, residuals,
-//    softmax) as bytes over the memory bandwidth; the head's vocabulary GEMM and
-//    fp32 cross-entropy on the last stage; recompute's extra forward (full: the blocks;
-//    selective: attention's core);
-//  - tensor parallel: two all-reduces of the activations per block in forward and two
-//    in backward (sequence parallel: the same bytes as all-gathers and reduce-scatters),
-//    on the critical path;
+//  - compute, per micro-batch and part (predict_parts): the linears at the profile's
+//    linear-layer rate for their FLOPs (tp splits their output or input features), the
+//    calibrated kernels (attention's fused kernel per head, norms, GELU, the fp32
+//    cross-entropy over this rank's vocabulary; bytes over the bandwidth when the
+//    profile lacks them), the remaining element-wise bytes, and the op overhead times
+//    the part's op count (Note [op counts]); recompute's extra forward (full: the
+//    blocks; selective: attention's core);
+//  - tensor parallel, on the critical path: four all-reduces per block (sequence
+//    parallel: six all-gathers, four reduce-scatters and the replicated parameters'
+//    six small all-reduces) and the vocabulary-parallel ends';
 //  - the pipeline: the schedule itself simulated (simulate_schedule) with each stage's
 //    forward and backward cost per micro-batch and the activations' send time, so the
 //    bubble is that of the real schedule, partition and chunks;
 //  - data parallel after the last backward: DDP's all-reduce and ZeRO-1/2's
 //    reduce-scatter, of which the overlap fraction hides behind the last micro-batch's
-//    backward; ZeRO's all-gather of the updated parameters; ZeRO-3's per-block gathers
-//    (forward and backward) and reduce-scatters each micro-batch, hidden behind the
-//    block's compute by prefetch up to the overlap fraction;
-//  - the optimizer: AdamW's traffic over this rank's (sharded) parameters; offload's
-//    copies over the host link (none on a CPU, where host memory is the device's);
-//  - on a CPU the ranks share the cores: compute stretches by ranks x threads / cores.
+//    backward (0 on Gloo/CPU: its threads need the cores compute holds); ZeRO's
+//    all-gather of the updated parameters; ZeRO-3's per-block gathers and
+//    reduce-scatters each micro-batch, hidden by prefetch up to the overlap fraction;
+//  - the optimizer: the AdamW kernel (or its traffic) over this rank's (sharded)
+//    parameters, the norm's read and the zeroing; offload's copies over the host link
+//    (none on a CPU, where host memory is the device's);
+//  - on a CPU the ranks share the machine: compute stretches by the measured
+//    contention of the ranks computing at once (Note [contention]), and the whole step
+//    by the reference run's step scale (Note [step calibration]).
 struct StepPrediction {
   double step_s = 0;
   double compute_s = 0;     // forward + backward on the busiest rank (without recompute)
@@ -46,6 +50,16 @@ struct CostOptions {
   double overlap = 0.5;  // share of a collective hidden behind concurrent compute (Gloo on
                          // CPU shares the cores; about 0.9 with NCCL on a GPU)
 };
+// One micro-batch's parts on one rank with the machine to itself (before the cores
+// are shared): a block, the first stage's embedding, the last stage's head and loss.
+// Forward and backward exclude tensor-parallel communication, given apart.
+struct PartCosts {
+  double block_forward = 0, block_backward = 0, block_recompute = 0, block_tp_comm = 0;
+  double first_forward = 0, first_backward = 0, first_tp_comm = 0;
+  double last_forward = 0, last_backward = 0, last_tp_comm = 0;
+};
+PartCosts predict_parts(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
+                        const HardwareProfile& hw);
 StepPrediction predict_step(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
                             const HardwareProfile& hw);
 

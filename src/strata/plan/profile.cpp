@@ -8,21 +8,55 @@
 
 namespace strata {
 
+namespace {
+// Seconds of a call of `work` on a measured curve: the rate at the nearest sizes,
+// interpolated in log(work); below the smallest point, that point's time (latency).
+template <class Point, class Work>
+double curve_seconds(const std::vector<Point>& pts, double work, Work work_of) {
+  if (work <= work_of(pts.front())) return pts.front().seconds;
+  if (work >= work_of(pts.back())) return work * pts.back().seconds / work_of(pts.back());
+  auto hi = std::lower_bound(pts.begin(), pts.end(), work,
+                             [&](const Point& p, double w) { return work_of(p) < w; });
+  auto lo = hi - 1;
+  const double r_lo = work_of(*lo) / lo->seconds, r_hi = work_of(*hi) / hi->seconds;
+  const double w =
+      (std::log(work) - std::log(work_of(*lo))) / (std::log(work_of(*hi)) - std::log(work_of(*lo)));
+  return work / (r_lo + w * (r_hi - r_lo));
+}
+}  // namespace
+
 double HardwareProfile::gemm_seconds(const std::string& dtype, double flops) const {
   auto it = gemm.find(dtype);
   STRATA_CHECK(it != gemm.end() && !it->second.empty(), "hardware profile ", name,
                " has no matrix-multiply rates for ", dtype, "; calibrate with that dtype");
-  const auto& pts = it->second;  // sorted by flops
-  if (flops <= pts.front().flops) return pts.front().seconds;
-  if (flops >= pts.back().flops) return flops * pts.back().seconds / pts.back().flops;
-  auto hi = std::lower_bound(pts.begin(), pts.end(), flops,
-                             [](const GemmPoint& p, double f) { return p.flops < f; });
-  auto lo = hi - 1;
-  // Rate (FLOP/s) interpolated in log(flops).
-  const double r_lo = lo->flops / lo->seconds, r_hi = hi->flops / hi->seconds;
-  const double w =
-      (std::log(flops) - std::log(lo->flops)) / (std::log(hi->flops) - std::log(lo->flops));
-  return flops / (r_lo + w * (r_hi - r_lo));
+  return curve_seconds(it->second, flops, [](const GemmPoint& p) { return p.flops; });
+}
+
+double HardwareProfile::kernel_seconds(const std::string& kernel, double work,
+                                       double fallback) const {
+  auto it = kernels.find(kernel);
+  if (it == kernels.end() || it->second.empty()) return fallback;
+  return curve_seconds(it->second, work, [](const KernelPoint& p) { return p.work; });
+}
+
+double HardwareProfile::compute_share(double ranks) const {
+  const double per_core = cores > 0 ? static_cast<double>(threads) / static_cast<double>(cores) : 0;
+  if (contention.empty()) return std::max(1.0, ranks * per_core);
+  std::map<double, double> pts{{1.0, 1.0}};
+  for (const auto& [g, x] : contention) pts[static_cast<double>(g)] = x;
+  auto hi = pts.lower_bound(ranks);
+  if (hi == pts.end()) {  // beyond the largest measured: grows with the oversubscription
+    const auto& [g, x] = *pts.rbegin();
+    return x * std::max(1.0, ranks * per_core) / std::max(1.0, g * per_core);
+  }
+  if (hi == pts.begin()) return hi->second;
+  const auto lo = std::prev(hi);
+  return lo->second + (hi->second - lo->second) * (ranks - lo->first) / (hi->first - lo->first);
+}
+
+double HardwareProfile::step_scale_for(int64_t ranks) const {
+  auto it = step_scale.upper_bound(ranks);
+  return it == step_scale.begin() ? 1.0 : std::prev(it)->second;
 }
 
 double HardwareProfile::peak_flops(const std::string& dtype) const {
@@ -59,12 +93,26 @@ double HardwareProfile::collective_seconds(const std::string& op, int64_t group,
   return passes * (g - 1) * link.latency_s + passes * (g - 1) / g * bytes / link.bytes_per_s;
 }
 
+namespace {
+nlohmann::json by_ranks_json(const std::map<int64_t, double>& c) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [g, x] : c) out[std::to_string(g)] = x;
+  return out;
+}
+}  // namespace
+
 nlohmann::json profile_json(const HardwareProfile& p) {
   nlohmann::json gemm = nlohmann::json::object();
   for (const auto& [dtype, pts] : p.gemm) {
     nlohmann::json a = nlohmann::json::array();
     for (const auto& pt : pts) a.push_back({{"flops", pt.flops}, {"seconds", pt.seconds}});
     gemm[dtype] = a;
+  }
+  nlohmann::json kernels = nlohmann::json::object();
+  for (const auto& [k, pts] : p.kernels) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& pt : pts) a.push_back({{"work", pt.work}, {"seconds", pt.seconds}});
+    kernels[k] = a;
   }
   nlohmann::json coll = nlohmann::json::object();
   for (const auto& [op, fits] : p.collectives)
@@ -82,6 +130,10 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"ranks_per_node", p.ranks_per_node},
           {"gemm", gemm},
           {"memory_bytes_per_s", p.memory_bytes_per_s},
+          {"kernels", kernels},
+          {"op_overhead_s", p.op_overhead_s},
+          {"contention", by_ranks_json(p.contention)},
+          {"step_scale", by_ranks_json(p.step_scale)},
           {"collectives", coll},
           {"intra_node", link(p.intra_node)},
           {"inter_node", link(p.inter_node)},
@@ -104,6 +156,29 @@ LinkFit link_from(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) return {};
   return {positive(j, "latency_s", where, false), positive(j, "bytes_per_s", where, false)};
 }
+// A map of name -> measured points {<size>, seconds}, each positive, sorted by size.
+template <class Point, class Make>
+void read_curves(const nlohmann::json& j, const char* key, const char* size,
+                 const std::string& where, std::map<std::string, std::vector<Point>>& out,
+                 Make make) {
+  if (!j.contains(key)) return;
+  STRATA_CHECK(j[key].is_object(), where, ": ", key, " must map names to lists of points");
+  for (const auto& [name, pts] : j[key].items()) {
+    STRATA_CHECK(pts.is_array() && !pts.empty(), where, ": ", key, ".", name,
+                 " must be a non-empty list of {", size, ", seconds}");
+    std::vector<std::pair<double, Point>> sized;
+    for (const auto& pt : pts) {
+      const double x = positive(pt, size, where, true), t = positive(pt, "seconds", where, true);
+      STRATA_CHECK(x > 0 && t > 0, where, ": ", key, ".", name, " has a point with zero ", size,
+                   " or seconds");
+      sized.push_back({x, make(x, t)});
+    }
+    std::sort(sized.begin(), sized.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto& curve = out[name];
+    for (const auto& [x, q] : sized) curve.push_back(q);
+  }
+}
 }  // namespace
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
@@ -116,23 +191,22 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   p.threads = j.value("threads", int64_t{1});
   p.cores = j.value("cores", int64_t{0});
   p.ranks_per_node = j.value("ranks_per_node", int64_t{1});
-  if (j.contains("gemm")) {
-    STRATA_CHECK(j["gemm"].is_object(), where, ": gemm must map dtypes to lists of points");
-    for (const auto& [dtype, pts] : j["gemm"].items()) {
-      STRATA_CHECK(pts.is_array() && !pts.empty(), where, ": gemm.", dtype,
-                   " must be a non-empty list of {flops, seconds}");
-      auto& out = p.gemm[dtype];
-      for (const auto& pt : pts) {
-        const GemmPoint g{positive(pt, "flops", where, true), positive(pt, "seconds", where, true)};
-        STRATA_CHECK(g.flops > 0 && g.seconds > 0, where, ": gemm.", dtype,
-                     " has a point with zero flops or seconds");
-        out.push_back(g);
-      }
-      std::sort(out.begin(), out.end(),
-                [](const GemmPoint& a, const GemmPoint& b) { return a.flops < b.flops; });
-    }
-  }
+  read_curves(j, "gemm", "flops", where, p.gemm, [](double x, double t) {
+    return GemmPoint{x, t};
+  });
   p.memory_bytes_per_s = positive(j, "memory_bytes_per_s", where, false);
+  read_curves(j, "kernels", "work", where, p.kernels, [](double x, double t) {
+    return KernelPoint{x, t};
+  });
+  p.op_overhead_s = positive(j, "op_overhead_s", where, false);
+  for (const char* key : {"contention", "step_scale"})
+    if (j.contains(key))
+      for (const auto& [g, x] : j[key].items()) {
+        STRATA_CHECK(x.is_number() && x.get<double>() >= 1, where, ": ", key, ".", g,
+                     " must be a number >= 1 (a slowdown)");
+        (std::string(key) == "contention" ? p.contention : p.step_scale)[std::stoll(g)] =
+            x.get<double>();
+      }
   if (j.contains("collectives"))
     for (const auto& [op, fits] : j["collectives"].items())
       for (const auto& [g, f] : fits.items()) {
@@ -158,13 +232,15 @@ HardwareProfile load_profile(const std::string& path) {
 
 LinkFit fit_link(const std::vector<std::pair<double, double>>& samples) {
   STRATA_CHECK(samples.size() >= 2, "a link fit needs at least two sizes");
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const auto n = static_cast<double>(samples.size());
+  // Least squares of the relative error (weights 1 / t^2), so that the small sizes,
+  // which fix the latency, count as much as the large ones, which fix the bandwidth.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : samples) {
-    sx += x, sy += y, sxx += x * x, sxy += x * y;
+    const double w = 1.0 / std::max(y * y, 1e-30);
+    sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
   }
-  double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);  // seconds per byte
-  double alpha = (sy - slope * sx) / n;
+  double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);  // seconds per byte
+  double alpha = (sy - slope * sx) / sw;
   if (alpha < 0) {  // through the origin instead
     alpha = 0;
     slope = sxy / sxx;

@@ -18,10 +18,21 @@ namespace strata {
 //    t = alpha + bytes / beta (bytes: one rank's buffer);
 //  - links (hand-written profiles of clusters): the intra- and inter-node link a
 //    collective over that many ranks would run on, when no measured fit exists;
+//  - kernels: the non-GEMM work a transformer step is made of, each timed forward and
+//    backward at increasing sizes (the "work" of a call: elements, or for attention
+//    FLOPs): "cross_entropy" (fp32 logits), "layer_norm/<dtype>", "gelu/<dtype>",
+//    "attention/<dtype>" (the fused kernel), "adamw" (one fp32 parameter's update);
+//    absent in hand-written profiles, where the cost model falls back to bytes over
+//    the memory bandwidth and to the GEMM rate;
+//  - op_overhead_s: one small autograd op's forward and backward, the floor every op
+//    pays however small (it dominates small micro-batches on CPUs);
 //  - host<->device copy bandwidth (0 on CPU: offload moves nothing across a bus).
 // Pure: the lookups are tested against hand-made profiles.
 struct GemmPoint {
   double flops = 0, seconds = 0;  // one call
+};
+struct KernelPoint {
+  double work = 0, seconds = 0;  // one call
 };
 struct LinkFit {
   double latency_s = 0, bytes_per_s = 0;
@@ -36,12 +47,28 @@ struct HardwareProfile {
   double memory_bytes_per_s = 0;
   std::map<std::string, std::map<int64_t, LinkFit>> collectives;  // op -> group size -> fit
   LinkFit intra_node, inter_node;                                 // a hand-written profile's
+  std::map<std::string, std::vector<KernelPoint>> kernels;        // name -> by work
+  double op_overhead_s = 0;
+  // CPU profiles: how much slower each of g ranks computes with all g running than
+  // one alone (Note [contention]); group sizes not measured scale by threads / cores.
+  std::map<int64_t, double> contention;
+  // Measured steps of a reference model over predicted ones, by ranks (Note [step
+  // calibration]); group sizes not measured take the nearest below (1 when none).
+  std::map<int64_t, double> step_scale;
+  double step_scale_for(int64_t ranks) const;
   double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
   double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
 
   // Seconds of a multiply of `flops` in dtype: the measured rate at the nearest sizes,
   // interpolated in log(flops); below the smallest point, that point's time (latency).
   double gemm_seconds(const std::string& dtype, double flops) const;
+  // Seconds of kernel `name` on `work`, interpolated as gemm_seconds; `fallback` when
+  // the profile has no such kernel.
+  double kernel_seconds(const std::string& name, double work, double fallback) const;
+  // The slowdown of compute on each of `ranks` ranks (on average; a fraction when some
+  // wait) sharing the machine: the measured contention, linear between the measured
+  // sizes (one rank: 1), else (ranks x threads / cores) when that exceeds 1.
+  double compute_share(double ranks) const;
   // The highest measured rate (FLOP/s), the peak MFU is reported against.
   double peak_flops(const std::string& dtype) const;
   // Seconds of one collective over `group` ranks on `bytes` per rank: the measured fit
