@@ -166,3 +166,35 @@ TEST(Plan, RanksTheLayoutsThatFitAndSaysHowToRunThem) {
   expect_one_error_line(strata_bin() + " plan --nproc 2 --profile /nonexistent.json",
                         "no hardware profile at /nonexistent.json");
 }
+
+TEST(Plan, FixHoldsKeysAndRunTopRanksByMeasurement) {
+  // --fix keeps only layouts with the config's value for those keys; --run-top trains
+  // the first K predicted (here 2 short runs of the debug GPT on 2 ranks) and ranks
+  // them by their measured step.
+  const std::string base = strata_bin() + " plan --nproc 2 --profile " + source_dir() +
+                           "/profiles/a100-80gb.json --data.source=synthetic "
+                           "--training.batch_size=4 --parallel.tp=2 --memory.recompute=none ";
+  auto r = run(base + "--fix parallel.tp,memory.recompute --top 1000 --json 2>/dev/null", 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_GE(j.size(), 2u);
+  for (const auto& row : j) {
+    const std::string l = row["layout"];
+    EXPECT_NE(l.find("tp=2"), std::string::npos) << l;
+    EXPECT_NE(l.find("recompute=none"), std::string::npos) << l;
+  }
+  r = run(base +
+              "--parallel.zero=0 --parallel.sequence_parallel=false --fix "
+              "parallel.tp,memory.recompute,parallel.zero,parallel.sequence_parallel --run-top 2 "
+              "--run-steps 4 --json 2>/dev/null",
+          180);
+  ASSERT_EQ(r.status, 0) << r.output;
+  // run() merges stderr, where each run is announced ("strata plan: running 1/2: ...").
+  EXPECT_NE(r.output.find("strata plan: running 2/2"), std::string::npos) << r.output;
+  j = nlohmann::json::parse(r.output.substr(r.output.find("\n[") + 1));
+  ASSERT_GE(j.size(), 2u);
+  EXPECT_GT(j[0]["measured_step_s"].get<double>(), 0);
+  EXPECT_LE(j[0]["measured_step_s"].get<double>(), j[1]["measured_step_s"].get<double>());
+  expect_one_error_line(base + "--fix parallel.bogus", "--fix parallel.bogus is not a layout key");
+  expect_one_error_line(base + "--run-top 1 --run-steps 2", "--run-steps 2 must exceed");
+}

@@ -7,6 +7,8 @@
 #include <regex>
 #include <sstream>
 
+#include "strata/core/files.h"
+#include "strata/report/step_time.h"
 #include "strata/report/svg.h"
 #include "test_util.h"
 
@@ -64,7 +66,7 @@ TEST(Report, RunReportOpensInHeadlessChromium) {
   // The parts the issue asks for.
   for (const char* part : {"Measured: tracked bytes by category", "Predicted: one step",
                            "measured peak", "predicted peak", "Loss", "eval loss", "Throughput",
-                           "Collective time per step", "Resolved config", "zero = 2"})
+                           "Collective time per step", "Step time", "Resolved config", "zero = 2"})
     EXPECT_NE(html.find(part), std::string::npos) << part;
 
   // Chromium loads it: the DOM comes back with every chart, and the console and
@@ -91,4 +93,41 @@ TEST(Report, BadRunDirectoryIsOneErrorLine) {
   const std::string dir = temp_dir("report-bad");
   expect_one_error_line(strata_bin() + " report " + dir + "/missing", "does not exist");
   expect_one_error_line(strata_bin() + " report " + dir, "is not a run directory");
+}
+
+TEST(Report, StepTimeSetsThePredictionBesideTheRun) {
+  // A tp=2 run of the debug GPT and a hand-made profile: the section has the cost
+  // model's step and terms beside the run's medians (the tp collectives measured on
+  // their axis); without a profile it says how to make one.
+  const std::string dir = temp_dir("report-step");
+  RunResult r = run(train_command(dir,
+                                  "--model.flavour=debug --data.source=synthetic --nproc 2 "
+                                  "--parallel.tp=2 --training.batch_size=4 "
+                                  "--training.steps=4 --training.eval_interval=0 "
+                                  "--checkpoint.save_final=false --training.threads=1"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const RunRecord rec = read_run(dir);
+  const PlannedEstimate est = plan_and_estimate(rec.config, 0);
+  HardwareProfile hw;
+  hw.name = "flat";
+  hw.gemm["fp32"] = {{1, 1e-12}, {1e15, 1e3}};
+  hw.memory_bytes_per_s = 1e10;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})
+    hw.collectives[op][2] = {1e-4, 1e9};
+  const std::string path = dir + "/flat.json";
+  write_file_atomic(path, profile_json(hw).dump());
+  const StepTimeComparison c = compare_step_time(rec, est, path);
+  ASSERT_TRUE(c.has_prediction()) << c.why_not;
+  EXPECT_GT(c.predicted.step_s, 0);
+  EXPECT_GT(c.predicted.tp_comm_s, 0);
+  EXPECT_GT(c.step_ms, 0);
+  EXPECT_GT(c.comm_ms.at("tp"), 0);
+  const std::string html = step_time_section(c);
+  for (const char* part :
+       {"predicted ms", "measured ms", "tensor-parallel communication", "flat.json"})
+    EXPECT_NE(html.find(part), std::string::npos) << part;
+  const StepTimeComparison none = compare_step_time(rec, est, dir + "/missing.json");
+  EXPECT_FALSE(none.has_prediction());
+  EXPECT_NE(none.why_not.find("run strata calibrate --nproc 2"), std::string::npos) << none.why_not;
+  EXPECT_NE(step_time_section(none).find("No prediction"), std::string::npos);
 }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "strata/api/strata.h"
+#include "strata/cli/measure.h"
 #include "strata/cli/plan.h"
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
@@ -202,58 +203,31 @@ double compute_mix_seconds(bool quick) {
 // own work per step: autograd's engine, the tracking allocator, data, clipping and
 // zeroing, the ranks' skew) is measured by training a reference model: the debug GPT,
 // data-parallel over g ranks, a few steps through `strata train` itself. Its median
-// step over the cost model's prediction from the profile so far is the profile's
-// step_scale for g ranks, which every prediction for g ranks is multiplied by.
+// step, less the predicted communication, over the predicted rest is the profile's
+// step_scale for g ranks, which compute and the optimizer are multiplied by in every
+// prediction for g ranks.
 double reference_step_scale(const HardwareProfile& p, int64_t g, int64_t threads,
                             const std::string& self_exe) {
-  const fs::path dir = fs::temp_directory_path() / ("strata-calibrate-" + std::to_string(getpid()) +
-                                                    "-ref" + std::to_string(g));
-  constexpr int64_t kMicro = 4, kSteps = 7, kWarmup = 3;
-  LaunchOptions lo;
-  lo.nproc_per_node = g;
-  lo.master_port = "auto";
-  lo.command = {self_exe,
-                "train",
-                "--model.flavour=debug",
-                "--data.source=synthetic",
-                "--parallel.dp=" + std::to_string(g),
-                "--training.batch_size=" + std::to_string(2 * kMicro * g),
-                "--training.micro_batch_size=" + std::to_string(kMicro),
-                "--training.steps=" + std::to_string(kSteps),
-                "--training.threads=" + std::to_string(threads),
-                "--training.eval_interval=0",
-                "--checkpoint.save_final=false",
-                "--logging.progress=off",
-                "--logging.run_dir=" + dir.string()};
-  // Its log would bury calibrate's own lines: the ranks inherit a silenced stdout.
-  std::fflush(stdout);
-  const int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
-  dup2(null, STDOUT_FILENO);
-  const int rc = launch(lo);
-  dup2(saved, STDOUT_FILENO);
-  close(saved), close(null);
-  STRATA_CHECK(rc == 0, "calibrate: the reference training run on ", g,
-               " ranks failed (its errors are above); check that strata train runs here");
-  std::vector<double> steps;
-  std::istringstream lines(read_file(dir / "metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", int64_t{0}) > kWarmup)
-      steps.push_back(j["step_ms"].get<double>() / 1e3);
-  }
-  fs::remove_all(dir);
-  STRATA_CHECK(!steps.empty(), "calibrate: the reference run on ", g, " ranks logged no steps");
-  std::sort(steps.begin(), steps.end());
+  constexpr int64_t kMicro = 4;
+  const double measured =
+      measured_step_seconds(self_exe, g,
+                            {"--model.flavour=debug", "--parallel.dp=" + std::to_string(g),
+                             "--training.batch_size=" + std::to_string(2 * kMicro * g),
+                             "--training.micro_batch_size=" + std::to_string(kMicro),
+                             "--training.threads=" + std::to_string(threads)},
+                            7, 3);
   ModelConfig mc;
   mc.flavour = "debug";
   Layout l;
   l.dp = g, l.micro_batch = kMicro;
   HardwareProfile unscaled = p;
   unscaled.step_scale.clear();
-  const double predicted =
-      predict_step(resolve_model_spec(mc, DataShape{}), l, {"fp32", 2 * kMicro * g, 0.0}, unscaled)
-          .step_s;
-  return std::max(1.0, steps[steps.size() / 2] / predicted);
+  const StepPrediction predicted =
+      predict_step(resolve_model_spec(mc, DataShape{}), l, {"fp32", 2 * kMicro * g, 0.0}, unscaled);
+  // The scale stretches compute and the optimizer only (the collectives are measured
+  // as a step issues them), so it is fitted to what remains of the measured step.
+  const double comm = predicted.dp_exposed_s + predicted.tp_comm_s;
+  return std::max(1.0, (measured - comm) / std::max(predicted.step_s - comm, 1e-9));
 }
 
 }  // namespace
@@ -386,7 +360,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   }
   for (int64_t g = 1; g <= a.nproc; ++g) {
     p.step_scale[g] = reference_step_scale(p, g, threads, self_exe);
-    std::printf("  reference step on %lld rank(s): %.2fx the kernels' and collectives' sum\n",
+    std::printf("  reference step on %lld rank(s): compute %.2fx the kernels' sum\n",
                 static_cast<long long>(g), p.step_scale[g]);
   }
   const std::string out = a.out.empty() ? default_profile_path(threads) : a.out;

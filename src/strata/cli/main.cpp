@@ -226,6 +226,12 @@ int main(int argc, char** argv) {
   plan->add_option("--profile", pa.profile, "hardware profile (default: strata calibrate's)");
   plan->add_option("--top", pa.top, "layouts to print");
   plan->add_flag("--json", pa.json, "print JSON");
+  plan->add_option("--fix", pa.fix,
+                   "layout keys held at the config's value, e.g. parallel.tp,memory.recompute")
+      ->delimiter(',');
+  plan->add_option("--run-top", pa.run_top,
+                   "train the first K predicted for a few steps each and rank them by measurement");
+  plan->add_option("--run-steps", pa.run_steps, "steps per --run-top run (the first 3 warm up)");
   plan->allow_extras();
   // One rank of calibrate's collective benchmark (started by calibrate itself).
   auto* calibrate_worker = app.add_subcommand("calibrate-worker", "");
@@ -311,7 +317,7 @@ int main(int argc, char** argv) {
     if (calibrate->parsed()) return strata::run_calibrate(ca, self_exe());
     if (plan->parsed()) {
       pa.overrides = plan->remaining();
-      return strata::run_plan(pa);
+      return strata::run_plan(pa, self_exe());
     }
     if (calibrate_worker->parsed())
       return strata::run_calibrate_worker(worker_out, worker_quick, worker_threads);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "strata/cli/estimate.h"
+#include "strata/cli/measure.h"
 #include "strata/core/config.h"
 #include "strata/core/errors.h"
 #include "strata/plan/cost_model.h"
@@ -18,25 +19,21 @@
 
 namespace strata {
 
-std::string default_profile_path(int64_t threads) {
-  char host[256] = "machine";
-  gethostname(host, sizeof(host) - 1);
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.cache/strata/profiles/" + host + "-" +
-         std::to_string(threads) + "t.json";
-}
-
 namespace {
 struct Ranked {
   Layout layout;
   StepPrediction p;
   double peak = 0;
+  double measured_s = 0;  // --run-top: the median step of a short run (0: not run)
 };
 }  // namespace
 
-int run_plan(const PlanArgs& a) {
+int run_plan(const PlanArgs& a, const std::string& self_exe) {
   STRATA_CHECK(a.nproc >= 1, "strata plan needs --nproc N, the ranks to plan for (at least 1)");
   STRATA_CHECK(a.top >= 1, "--top ", a.top, " must be at least 1");
+  STRATA_CHECK(a.run_top >= 0, "--run-top ", a.run_top, " must be 0 (no runs) or more");
+  STRATA_CHECK(a.run_top == 0 || a.run_steps > 3, "--run-steps ", a.run_steps,
+               " must exceed the 3 warm-up steps");
   Config cfg;
   apply_config_args(cfg, a.config_path, a.overrides, "plan");
   validate_config(cfg);
@@ -53,7 +50,7 @@ int run_plan(const PlanArgs& a) {
   const double limit = !a.device_memory.empty() ? static_cast<double>(parse_size(a.device_memory))
                                                 : hw.device_memory_bytes;
   const DataShape shape = open_data_source(cfg).shape;
-  const std::vector<Layout> layouts = enumerate_layouts(cfg, a.nproc, shape);
+  const std::vector<Layout> layouts = enumerate_layouts(cfg, a.nproc, shape, a.fix);
   STRATA_CHECK(!layouts.empty(), "no layout of ", a.nproc, " ranks runs this model at batch ",
                cfg.training.batch_size, "; change training.batch_size or --nproc");
   CostOptions o;
@@ -77,7 +74,27 @@ int run_plan(const PlanArgs& a) {
                kFitMargin * 100, "% margin; use more ranks, a smaller batch or more memory");
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Ranked& x, const Ranked& y) { return x.p.step_s < y.p.step_s; });
-  const size_t shown = std::min<size_t>(static_cast<size_t>(a.top), ranked.size());
+  size_t shown = std::min<size_t>(static_cast<size_t>(a.top), ranked.size());
+  if (a.run_top > 0) {
+    // Note [run-top]: the first K predicted are trained for a few steps each, as the
+    // user would run them (their config and overrides, the layout's keys), and ranked
+    // by the measured median step: the prediction picks the candidates, measurement
+    // the winner. Costs K short runs.
+    const size_t k = std::min<size_t>(static_cast<size_t>(a.run_top), ranked.size());
+    std::vector<std::string> base;
+    if (!a.config_path.empty()) base = {"--config", a.config_path};
+    base.insert(base.end(), a.overrides.begin(), a.overrides.end());
+    for (size_t i = 0; i < k; ++i) {
+      std::vector<std::string> args = base;
+      for (const auto& o2 : ranked[i].layout.overrides()) args.push_back(o2);
+      std::fprintf(stderr, "strata plan: running %zu/%zu: %s\n", i + 1, k,
+                   ranked[i].layout.to_string().c_str());
+      ranked[i].measured_s = measured_step_seconds(self_exe, a.nproc, args, a.run_steps, 3);
+    }
+    std::stable_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k),
+                     [](const Ranked& x, const Ranked& y) { return x.measured_s < y.measured_s; });
+    shown = std::max(shown, k);
+  }
   if (a.json) {
     nlohmann::json out = nlohmann::json::array();
     for (size_t i = 0; i < shown; ++i) {
@@ -94,7 +111,8 @@ int run_plan(const PlanArgs& a) {
                      {"bubble_s", r.p.bubble_s},
                      {"dp_exposed_s", r.p.dp_exposed_s},
                      {"optimizer_s", r.p.optimizer_s},
-                     {"offload_s", r.p.offload_s}});
+                     {"offload_s", r.p.offload_s},
+                     {"measured_step_s", r.measured_s}});
     }
     std::printf("%s\n", out.dump(1).c_str());
     return 0;
@@ -103,15 +121,23 @@ int run_plan(const PlanArgs& a) {
               static_cast<long long>(a.nproc), static_cast<long long>(cfg.training.batch_size),
               cfg.memory.precision.c_str(), hw.name.c_str());
   std::printf(
-      "%zu layouts start, %zu fit%s; the %zu fastest predicted:\n", layouts.size(), ranked.size(),
-      limit > 0 ? c10::str(" ", limit / (1 << 20), " MiB").c_str() : " (no memory limit)", shown);
-  std::printf("%3s %9s %10s %6s %9s %8s %8s %8s %8s %8s %8s  %s\n", "#", "step ms", "tokens/s",
-              "MFU", "peak MiB", "compute", "recomp", "tp comm", "bubble", "dp comm", "optim",
-              "layout");
+      "%zu layouts start, %zu fit%s; the %zu fastest predicted%s:\n", layouts.size(), ranked.size(),
+      limit > 0 ? c10::str(" ", limit / (1 << 20), " MiB").c_str() : " (no memory limit)", shown,
+      a.run_top > 0 ? c10::str(", the first ", std::min<size_t>(a.run_top, ranked.size()),
+                               " run and ranked by their measured step")
+                          .c_str()
+                    : "");
+  std::printf("%3s %9s%s %10s %6s %9s %8s %8s %8s %8s %8s %8s  %s\n", "#", "step ms",
+              a.run_top > 0 ? "  measured" : "", "tokens/s", "MFU", "peak MiB", "compute", "recomp",
+              "tp comm", "bubble", "dp comm", "optim", "layout");
   for (size_t i = 0; i < shown; ++i) {
     const auto& r = ranked[i];
-    std::printf("%3zu %9.2f %10.0f %5.1f%% %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %s\n", i + 1,
-                r.p.step_s * 1e3, r.p.tokens_per_s, r.p.mfu * 100, r.peak / (1 << 20),
+    char m[32] = "";  // the measured column: a run's step, blank for layouts not run
+    if (a.run_top > 0 && r.measured_s > 0)
+      std::snprintf(m, sizeof(m), " %9.2f", r.measured_s * 1e3);
+    if (a.run_top > 0 && r.measured_s == 0) std::snprintf(m, sizeof(m), " %9s", "");
+    std::printf("%3zu %9.2f%s %10.0f %5.1f%% %9.1f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %s\n",
+                i + 1, r.p.step_s * 1e3, m, r.p.tokens_per_s, r.p.mfu * 100, r.peak / (1 << 20),
                 r.p.compute_s * 1e3, r.p.recompute_s * 1e3, r.p.tp_comm_s * 1e3, r.p.bubble_s * 1e3,
                 r.p.dp_exposed_s * 1e3, r.p.optimizer_s * 1e3, r.layout.to_string().c_str());
   }

@@ -18,10 +18,12 @@ struct PlanArgs {
   std::string profile;        // default: this machine's calibrated profile
   int64_t top = 10;
   bool json = false;
+  // Layout keys held at the config's value (parallel.tp, memory.recompute, ...).
+  std::vector<std::string> fix;
+  // Train the first K predicted for a few steps each and rank them by measurement too.
+  int64_t run_top = 0;
+  int64_t run_steps = 6;
 };
-int run_plan(const PlanArgs& a);
-
-// Where `strata calibrate` keeps this machine's profile for `threads` per rank.
-std::string default_profile_path(int64_t threads);
+int run_plan(const PlanArgs& a, const std::string& self_exe = "");
 
 }  // namespace strata

@@ -59,8 +59,13 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
                          linear(N, d, 4 * d / tp) + linear(N, 4 * d / tp, d);
   // Attention's fused kernel, per (sequence, head) of this rank's (fallback: its two
   // products as GEMMs).
+  // Without a measured kernel it is priced unfused: the products as GEMMs and the
+  // (T, T) scores' traffic (written, masked and soft-maxed forward; read and written
+  // again backward: about 14 passes).
   const double attention =
-      mb * heads * hw.kernel_seconds("attention/" + dtype, 12 * T * T * dh, 3 * 2 * mm(T, dh, T));
+      mb * heads *
+      hw.kernel_seconds("attention/" + dtype, 12 * T * T * dh,
+                        3 * 2 * mm(T, dh, T) + elementwise_seconds(hw, T * T * elem * 14));
   // Two norms on the stream, GELU on this rank's 4d/tp, and plain element-wise work:
   // two residual adds and the heads' transpose copy (forward; backward half again).
   const double norms = 2 * kernel("layer_norm", stream * d, stream * d * elem * 5);
@@ -147,7 +152,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   std::vector<int64_t> blocks(1, s.n_layer);
   if (stages > 1) blocks = stage_partition(s, "auto", stages, l.pp_virtual);
   std::vector<double> fwd1(static_cast<size_t>(stages)), bwd1(fwd1.size()), rec1(fwd1.size()),
-      tpc(fwd1.size());
+      tpc(fwd1.size()), rtc(fwd1.size());
   const PartCosts& c = parts;
   for (int64_t v = 0; v < stages; ++v) {
     const auto nb = static_cast<double>(blocks[static_cast<size_t>(v)]);
@@ -158,11 +163,15 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     bwd1[static_cast<size_t>(v)] = bw;
     rec1[static_cast<size_t>(v)] = nb * c.block_recompute;
     tpc[static_cast<size_t>(v)] = comm;
+    // Full recompute replays the blocks' forward, its tensor-parallel collectives too.
+    rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_comm / 2 : 0;
   }
   std::vector<double> fwd(fwd1.size()), bwd(fwd1.size()), rec(fwd1.size());
-  const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
-                                                      N * d * elem / (l.sequence_parallel ? tp : 1))
-                              : 0;
+  // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
+  const double p2p =
+      l.pp > 1 ? hw.collective_seconds(
+                     "send_recv", 2, N * d * elem / (l.sequence_parallel ? tp : 1), l.dp * l.tp + 1)
+               : 0;
   auto stage_of = [&](int64_t rank, const Action& a) { return a.chunk * l.pp + rank; };
   const ActionCost cost = [&](int64_t rank, const Action& a) -> double {
     const auto v = static_cast<size_t>(stage_of(rank, a));
@@ -170,9 +179,9 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       case ActionType::kForward:
         return fwd[v] + tpc[v] / 2;
       case ActionType::kBackward:
-        return bwd[v] + rec[v] + tpc[v] / 2;
+        return bwd[v] + rec[v] + tpc[v] / 2 + rtc[v];
       case ActionType::kBackwardInput:
-        return bwd[v] / 2 + rec[v] + tpc[v] / 2;
+        return bwd[v] / 2 + rec[v] + tpc[v] / 2 + rtc[v];
       case ActionType::kBackwardWeight:
         return bwd[v] / 2;
       case ActionType::kSendActivation:
@@ -191,11 +200,16 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // polls: about half a rank's load, kWaitingLoad): the slowdown is that of the ranks
   // computing on average, found by simulating again with it (a few rounds settle it).
   constexpr double kWaitingLoad = 0.5;
+  // What the kernels leave out of compute, measured on a reference run (Note [step
+  // calibration]): the trainer's own work stretches compute, not the collectives (those
+  // are calibrated inside a step already).
+  const double scale = hw.step_scale_for(l.dp * l.tp * l.pp);
   double share = hw.device == "cpu" ? hw.compute_share(world) : 1.0;
   Simulation sim;
   for (int round = 0; round < (hw.device == "cpu" && l.pp > 1 ? 4 : 1); ++round) {
     for (size_t v = 0; v < fwd.size(); ++v)
-      fwd[v] = share * fwd1[v], bwd[v] = share * bwd1[v], rec[v] = share * rec1[v];
+      fwd[v] = scale * share * fwd1[v], bwd[v] = scale * share * bwd1[v],
+      rec[v] = scale * share * rec1[v];
     sim = simulate_schedule(schedule, cost);
     STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
     double busy = 0;
@@ -213,7 +227,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     const auto v = static_cast<size_t>(c * l.pp + busiest);
     p.compute_s += static_cast<double>(m) * (fwd[v] + bwd[v]);
     p.recompute_s += static_cast<double>(m) * rec[v];
-    p.tp_comm_s += static_cast<double>(m) * tpc[v];
+    p.tp_comm_s += static_cast<double>(m) * (tpc[v] + rtc[v]);
   }
   p.bubble_s = std::max(0.0, sim.step_time - sim.busy[static_cast<size_t>(busiest)]);
 
@@ -227,43 +241,36 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   };
   if (l.dp > 1) {
     if (l.zero == 0) {
-      p.dp_exposed_s = hidden(hw.collective_seconds("all_reduce", l.dp, grad_bytes), last_backward);
+      p.dp_exposed_s =
+          hidden(hw.collective_seconds("all_reduce", l.dp, grad_bytes, l.dp * l.tp), last_backward);
     } else if (l.zero <= 2) {
-      const double rs = hw.collective_seconds("reduce_scatter", l.dp, grad_bytes);
+      const double rs = hw.collective_seconds("reduce_scatter", l.dp, grad_bytes, l.dp * l.tp);
       const double per_step = l.zero == 2 ? static_cast<double>(m) * rs : rs;
       p.dp_exposed_s = hidden(per_step, static_cast<double>(m) * last_backward) +
-                       hw.collective_seconds("all_gather", l.dp, params * elem);
+                       hw.collective_seconds("all_gather", l.dp, params * elem, l.dp * l.tp);
     } else {
       // ZeRO-3: per block and micro-batch, gathers in forward and backward and a
       // reduce-scatter, behind the block's compute by prefetch.
       const double unit = static_cast<double>(pc.per_block) * elem;
-      const double per_block = 2 * hw.collective_seconds("all_gather", l.dp, unit) +
-                               hw.collective_seconds("reduce_scatter", l.dp, unit);
+      const double per_block = 2 * hw.collective_seconds("all_gather", l.dp, unit, l.dp * l.tp) +
+                               hw.collective_seconds("reduce_scatter", l.dp, unit, l.dp * l.tp);
       const double comm = static_cast<double>(m) * static_cast<double>(s.n_layer) /
                           static_cast<double>(l.pp) * per_block;
       p.dp_exposed_s = hidden(comm, p.compute_s);
     }
   }
-  // AdamW reads parameter, gradient and two moments and writes three (fp32), plus the
-  // half copy with master weights.
   const double shard = l.zero > 0 ? params / dp : params;
   // AdamW's update (the profile's kernel, else its traffic: parameter, gradient and two
   // moments read, three written, plus the half copy with master weights), the gradient
   // norm's read and the gradients' zeroing.
   p.optimizer_s =
-      share *
+      scale * share *
       (hw.kernel_seconds("adamw", shard, elementwise_seconds(hw, shard * (28 + (half ? 4 : 0)))) +
        elementwise_seconds(hw, params * elem * 2));
   if (l.offload && hw.host_to_device_bytes_per_s > 0)
     p.offload_s =
         shard * elem / hw.device_to_host_bytes_per_s + shard * elem / hw.host_to_device_bytes_per_s;
   p.step_s = sim.step_time + p.dp_exposed_s + p.optimizer_s + p.offload_s;
-  // What the kernels and collectives leave out, measured on a reference run (Note [step
-  // calibration]): every term stretches alike.
-  const double scale = hw.step_scale_for(l.dp * l.tp * l.pp);
-  for (double* x : {&p.step_s, &p.compute_s, &p.recompute_s, &p.tp_comm_s, &p.bubble_s,
-                    &p.dp_exposed_s, &p.optimizer_s, &p.offload_s})
-    *x *= scale;
   p.tokens_per_s = static_cast<double>(o.batch) * T / p.step_s;
   const double peak = hw.peak_flops(dtype);
   const double flops_per_token = transformer_flops_per_token(s);

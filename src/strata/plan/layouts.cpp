@@ -1,5 +1,7 @@
 #include "strata/plan/layouts.h"
 
+#include <algorithm>
+
 #include "strata/core/errors.h"
 #include "strata/parallel/parallelize.h"
 #include "strata/parallel/pipeline/schedule.h"
@@ -13,6 +15,22 @@ void Layout::apply(Config& cfg) const {
   p.zero = zero, p.offload = offload, p.sequence_parallel = sequence_parallel;
   cfg.memory.recompute = recompute;
   cfg.training.micro_batch_size = micro_batch;
+}
+
+Layout Layout::of(const Config& cfg, int64_t dp, int64_t tp, int64_t pp) {
+  const auto& p = cfg.parallel;
+  Layout l{dp,
+           tp,
+           pp,
+           p.pp_virtual,
+           p.pp_schedule,
+           p.zero,
+           p.offload,
+           p.sequence_parallel,
+           cfg.memory.recompute,
+           cfg.training.micro_batch_size};
+  if (l.micro_batch <= 0) l.micro_batch = cfg.training.batch_size / std::max<int64_t>(dp, 1);
+  return l;
 }
 
 std::vector<std::string> Layout::overrides() const {
@@ -72,8 +90,37 @@ bool starts(const Config& cfg, int64_t world, const DataShape& data) {
 
 }  // namespace
 
-std::vector<Layout> enumerate_layouts(const Config& cfg, int64_t world, const DataShape& data) {
+const std::vector<std::string>& layout_keys() {
+  static const std::vector<std::string> keys = {
+      "parallel.dp",          "parallel.tp",
+      "parallel.pp",          "parallel.pp_virtual",
+      "parallel.pp_schedule", "parallel.zero",
+      "parallel.offload",     "parallel.sequence_parallel",
+      "memory.recompute",     "training.micro_batch_size"};
+  return keys;
+}
+
+bool layout_agrees(const Layout& l, const Config& cfg, const std::string& key) {
+  const auto& p = cfg.parallel;
+  if (key == "parallel.dp") return l.dp == p.dp;
+  if (key == "parallel.tp") return l.tp == p.tp;
+  if (key == "parallel.pp") return l.pp == p.pp;
+  if (key == "parallel.pp_virtual") return l.pp_virtual == p.pp_virtual;
+  if (key == "parallel.pp_schedule") return l.pp == 1 || l.schedule == p.pp_schedule;
+  if (key == "parallel.zero") return l.zero == p.zero;
+  if (key == "parallel.offload") return l.offload == p.offload;
+  if (key == "parallel.sequence_parallel") return l.sequence_parallel == p.sequence_parallel;
+  if (key == "memory.recompute") return l.recompute == cfg.memory.recompute;
+  if (key == "training.micro_batch_size") return l.micro_batch == cfg.training.micro_batch_size;
+  std::string known;
+  for (const auto& k : layout_keys()) known += (known.empty() ? "" : ", ") + k;
+  STRATA_FAIL("--fix ", key, " is not a layout key; fix one of ", known);
+}
+
+std::vector<Layout> enumerate_layouts(const Config& cfg, int64_t world, const DataShape& data,
+                                      const std::vector<std::string>& fixed) {
   STRATA_CHECK(world >= 1, "a layout needs at least one rank (--nproc ", world, ")");
+  for (const auto& key : fixed) (void)layout_agrees(Layout{}, cfg, key);  // known keys only
   std::vector<Layout> out;
   const int64_t batch = cfg.training.batch_size;
   for (int64_t tp : divisors(world))
@@ -90,6 +137,9 @@ std::vector<Layout> enumerate_layouts(const Config& cfg, int64_t world, const Da
                 for (int64_t mb : divisors(batch / dp)) {
                   if ((offload && zero == 0) || (sp && tp == 1)) continue;
                   const Layout l{dp, tp, pp, v, schedule, zero, offload, sp, recompute, mb};
+                  bool agrees = true;
+                  for (const auto& key : fixed) agrees = agrees && layout_agrees(l, cfg, key);
+                  if (!agrees) continue;
                   Config c = cfg;
                   l.apply(c);
                   if (starts(c, world, data)) out.push_back(l);

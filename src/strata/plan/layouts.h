@@ -27,9 +27,21 @@ struct Layout {
   // The --section.key=value overrides that run it.
   std::vector<std::string> overrides() const;
   std::string to_string() const;  // "dp=2 tp=1 pp=2 1f1b zero=1 mb=4 recompute=none"
+  // The layout a config runs with dp x tp x pp (plan_run's dims).
+  static Layout of(const Config& cfg, int64_t dp, int64_t tp, int64_t pp);
 };
 
-// Every layout of `world` ranks that starts for cfg's model and global batch.
-std::vector<Layout> enumerate_layouts(const Config& cfg, int64_t world, const DataShape& data);
+// The keys a plan can hold at the config's value (`strata plan --fix`): parallel.dp,
+// parallel.tp, parallel.pp, parallel.pp_virtual, parallel.pp_schedule, parallel.zero,
+// parallel.offload, parallel.sequence_parallel, memory.recompute,
+// training.micro_batch_size.
+const std::vector<std::string>& layout_keys();
+// Whether l has cfg's value for `key` (one of layout_keys(); else one error line).
+bool layout_agrees(const Layout& l, const Config& cfg, const std::string& key);
+
+// Every layout of `world` ranks that starts for cfg's model and global batch, and has
+// cfg's value for each of the `fixed` keys.
+std::vector<Layout> enumerate_layouts(const Config& cfg, int64_t world, const DataShape& data,
+                                      const std::vector<std::string>& fixed = {});
 
 }  // namespace strata

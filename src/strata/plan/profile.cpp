@@ -1,7 +1,10 @@
 #include "strata/plan/profile.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
@@ -67,8 +70,8 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
   return best;
 }
 
-double HardwareProfile::collective_seconds(const std::string& op, int64_t group,
-                                           double bytes) const {
+double HardwareProfile::collective_seconds(const std::string& op, int64_t group, double bytes,
+                                           int64_t span) const {
   if (group <= 1) return 0;
   const double g = static_cast<double>(group);
   auto it = collectives.find(op);
@@ -83,7 +86,7 @@ double HardwareProfile::collective_seconds(const std::string& op, int64_t group,
     const double scale = ((g - 1) / g) / ((gm - 1) / gm);
     return near->second.latency_s * (g - 1) / (gm - 1) + bytes * scale / near->second.bytes_per_s;
   }
-  const LinkFit& link = group <= ranks_per_node ? intra_node : inter_node;
+  const LinkFit& link = std::max(group, span) <= ranks_per_node ? intra_node : inter_node;
   STRATA_CHECK(link.bytes_per_s > 0, "hardware profile ", name, " has no ", op,
                " measurements and no link for ", group, " ranks; calibrate with --nproc ", group);
   // Ring algorithms: all-reduce moves 2 (g-1)/g of the buffer per rank in 2 (g-1) steps,
@@ -228,6 +231,14 @@ HardwareProfile load_profile(const std::string& path) {
   const auto j = nlohmann::json::parse(read_file(path), nullptr, false);
   STRATA_CHECK(!j.is_discarded(), path, " is not JSON; give a profile from strata calibrate");
   return profile_from_json(j, path);
+}
+
+std::string default_profile_path(int64_t threads) {
+  char host[256] = "machine";
+  gethostname(host, sizeof(host) - 1);
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/strata/profiles/" + host + "-" +
+         std::to_string(threads) + "t.json";
 }
 
 LinkFit fit_link(const std::vector<std::pair<double, double>>& samples) {

@@ -74,13 +74,21 @@ struct HardwareProfile {
   // Seconds of one collective over `group` ranks on `bytes` per rank: the measured fit
   // for that group size (the nearest measured size, its bandwidth scaled by the ring's
   // (g-1)/g), else the ring algorithm over the link it would use.
-  double collective_seconds(const std::string& op, int64_t group, double bytes) const;
+  // `span`: how many consecutive ranks the group's members lie across (Note [rank grid]:
+  // a dp group spans dp x tp ranks, pipeline neighbours dp x tp + 1), which decides
+  // whether an unmeasured group runs on the intra- or inter-node link; 0: the group.
+  double collective_seconds(const std::string& op, int64_t group, double bytes,
+                            int64_t span = 0) const;
 };
 
 nlohmann::json profile_json(const HardwareProfile& p);
 // One error line naming the field for a malformed profile.
 HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& where);
 HardwareProfile load_profile(const std::string& path);
+
+// Where `strata calibrate` keeps this machine's profile for `threads` per rank
+// (~/.cache/strata/profiles/<host>-<threads>t.json).
+std::string default_profile_path(int64_t threads);
 
 // Least-squares fit t = alpha + bytes / beta over (bytes, seconds) samples; alpha >= 0.
 LinkFit fit_link(const std::vector<std::pair<double, double>>& samples);

@@ -310,7 +310,8 @@ std::string summary_cards(const RunRecord& run, const std::optional<PlannedEstim
 }  // namespace
 
 std::string render_report(const RunRecord& run, const std::optional<PlannedEstimate>& est,
-                          const std::string& estimate_error) {
+                          const std::string& estimate_error,
+                          const std::optional<StepTimeComparison>& step_time) {
   std::ostringstream os;
   const Config& cfg = run.config;
   std::string what = cfg.model.flavour;
@@ -326,7 +327,9 @@ std::string render_report(const RunRecord& run, const std::optional<PlannedEstim
      << "</p>\n";
   os << summary_cards(run, est);
   if (!est) os << "<p class=\"warn\">No prediction: " << html_escape(estimate_error) << "</p>\n";
-  os << memory_section(run, est) << curves_section(run) << pipeline_section(run);
+  os << memory_section(run, est);
+  if (step_time) os << step_time_section(*step_time);
+  os << curves_section(run) << pipeline_section(run);
   os << "<h2>Resolved config</h2>\n<pre>" << html_escape(run.config_text) << "</pre>\n";
   os << "<p class=\"hint\">Written by strata report. Self-contained: no scripts and no external "
         "resources.</p>\n</body></html>\n";
@@ -342,8 +345,19 @@ int run_report(const std::string& run_dir, const std::string& output) {
   } catch (const Error& e) {
     error = e.what();  // the run exists; its data source may not be here any more
   }
+  std::optional<StepTimeComparison> step_time;
+  if (est) {
+    step_time = compare_step_time(run, *est);
+    if (step_time->has_prediction())
+      std::printf("step: predicted %.1f ms, measured %.1f ms (median; profile %s)\n",
+                  step_time->predicted.step_s * 1e3, step_time->step_ms,
+                  step_time->profile.c_str());
+    else
+      std::printf("step: measured %.1f ms (median); no prediction: %s\n", step_time->step_ms,
+                  step_time->why_not.c_str());
+  }
   const std::string path = output.empty() ? run_dir + "/report.html" : output;
-  write_file_atomic(path, render_report(run, est, error));
+  write_file_atomic(path, render_report(run, est, error, step_time));
   std::printf("report: %s\n", path.c_str());
   return 0;
 }

@@ -1,0 +1,62 @@
+#include "strata/cli/measure.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "strata/core/errors.h"
+#include "strata/core/files.h"
+#include "strata/distributed/launcher.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+
+double measured_step_seconds(const std::string& self_exe, int64_t nproc,
+                             const std::vector<std::string>& args, int64_t steps, int64_t warmup) {
+  STRATA_CHECK(steps > warmup, "a measured run needs more steps (", steps, ") than warm-up (",
+               warmup, ")");
+  static int serial = 0;
+  const fs::path dir = fs::temp_directory_path() / ("strata-measure-" + std::to_string(getpid()) +
+                                                    "-" + std::to_string(serial++));
+  LaunchOptions lo;
+  lo.nproc_per_node = nproc;
+  lo.master_port = "auto";
+  lo.command = {self_exe, "train", "--data.source=synthetic"};
+  lo.command.insert(lo.command.end(), args.begin(), args.end());
+  for (const std::string& a :
+       {"--training.steps=" + std::to_string(steps), std::string("--training.eval_interval=0"),
+        std::string("--checkpoint.save_final=false"), std::string("--logging.progress=off"),
+        "--logging.run_dir=" + dir.string()})
+    lo.command.push_back(a);
+  // Its log would bury the caller's own lines: the ranks inherit a silenced stdout.
+  std::fflush(stdout);
+  const int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
+  dup2(null, STDOUT_FILENO);
+  const int rc = launch(lo);
+  dup2(saved, STDOUT_FILENO);
+  close(saved), close(null);
+  std::vector<double> times;
+  if (rc == 0 && fs::exists(dir / "metrics.jsonl")) {
+    std::istringstream lines(read_file(dir / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("step", int64_t{0}) > warmup)
+        times.push_back(j["step_ms"].get<double>() / 1e3);
+    }
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  STRATA_CHECK(rc == 0, "a measured training run on ", nproc,
+               " ranks failed (its errors are above); check that strata train runs with it");
+  STRATA_CHECK(!times.empty(), "a measured training run on ", nproc, " ranks logged no steps");
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace strata

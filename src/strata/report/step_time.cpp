@@ -1,0 +1,115 @@
+#include "strata/report/step_time.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "strata/core/errors.h"
+#include "strata/plan/layouts.h"
+#include "strata/plan/profile.h"
+#include "strata/report/svg.h"
+
+namespace strata {
+
+namespace {
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate& est,
+                                     const std::string& profile_path) {
+  StepTimeComparison c;
+  std::vector<double> step, fb, optim;
+  std::map<std::string, std::vector<double>> comm;
+  const size_t first = run.metrics.size() > 1 ? 1 : 0;  // step 1 warms up
+  for (size_t i = first; i < run.metrics.size(); ++i) {
+    const auto& m = run.metrics[i];
+    step.push_back(m.value("step_ms", 0.0));
+    fb.push_back(m.value("fwd_bwd_ms", 0.0));
+    optim.push_back(m.value("optim_ms", 0.0));
+    if (m.contains("comm_axes") && m["comm_axes"].is_object())
+      for (const auto& [axis, a] : m["comm_axes"].items())
+        if (axis != "world") comm[axis].push_back(a.value("ms", 0.0));
+  }
+  c.step_ms = median_of(step), c.fwd_bwd_ms = median_of(fb), c.optim_ms = median_of(optim);
+  for (auto& [axis, v] : comm) c.comm_ms[axis] = median_of(v);
+
+  const ModelSpec& spec = est.plan.spec;
+  if (!is_language_model(spec.family)) {
+    c.why_not = "the cost model covers GPT and BERT flavours; " + spec.flavour + " is not one";
+    return c;
+  }
+  const Config& cfg = run.config;
+  const int64_t dp = est.plan.dims.dp(), tp = est.plan.dims.tp(), pp = est.plan.dims.pp();
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t threads = cfg.training.threads > 0
+                              ? cfg.training.threads
+                              : std::max<int64_t>(1, cores / std::max<int64_t>(1, dp * tp * pp));
+  c.profile = profile_path.empty() ? default_profile_path(threads) : profile_path;
+  if (!std::filesystem::exists(c.profile)) {
+    c.why_not = "no hardware profile at " + c.profile + "; run strata calibrate --nproc " +
+                std::to_string(dp * tp * pp) + " to predict the step";
+    c.profile.clear();
+    return c;
+  }
+  try {
+    const HardwareProfile hw = load_profile(c.profile);
+    CostOptions o;
+    o.precision = cfg.memory.precision;
+    o.batch = cfg.training.batch_size;
+    o.overlap = hw.backend == "nccl" ? 0.9 : 0.0;
+    c.predicted = predict_step(spec, Layout::of(cfg, dp, tp, pp), o, hw);
+  } catch (const Error& e) {
+    c.why_not = e.what();
+    c.profile.clear();
+  }
+  return c;
+}
+
+std::string step_time_section(const StepTimeComparison& c) {
+  std::ostringstream os;
+  os << "<h2>Step time</h2>\n";
+  if (!c.has_prediction()) {
+    os << "<p>Measured step: " << c.step_ms
+       << " ms (median). No prediction: " << html_escape(c.why_not) << "</p>\n";
+    return os.str();
+  }
+  const StepPrediction& p = c.predicted;
+  auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.1f", s * 1e3);
+    return std::string(b);
+  };
+  auto measured = [&](const std::string& axis) {
+    auto it = c.comm_ms.find(axis);
+    return it == c.comm_ms.end() ? std::string("—") : ms(it->second / 1e3);
+  };
+  os << "<p>The cost model's step for this layout on <code>" << html_escape(c.profile)
+     << "</code> (Note [step time in the report]): measured times of collectives include "
+        "what overlaps compute; predicted ones are what is exposed.</p>\n"
+     << "<table><tr><th>term</th><th>predicted ms</th><th>measured ms</th></tr>\n"
+     << "<tr><td>step</td><td>" << ms(p.step_s) << "</td><td>" << ms(c.step_ms / 1e3)
+     << "</td></tr>\n"
+     << "<tr><td>forward + backward (compute, recompute, tp, bubble)</td><td>"
+     << ms(p.compute_s + p.recompute_s + p.tp_comm_s + p.bubble_s) << "</td><td>"
+     << ms(c.fwd_bwd_ms / 1e3) << "</td></tr>\n"
+     << "<tr><td>&nbsp;&nbsp;compute</td><td>" << ms(p.compute_s) << "</td><td>—</td></tr>\n"
+     << "<tr><td>&nbsp;&nbsp;recompute</td><td>" << ms(p.recompute_s) << "</td><td>—</td></tr>\n"
+     << "<tr><td>&nbsp;&nbsp;tensor-parallel communication</td><td>" << ms(p.tp_comm_s)
+     << "</td><td>" << measured("tp") << "</td></tr>\n"
+     << "<tr><td>&nbsp;&nbsp;pipeline bubble (measured: send/recv waits)</td><td>" << ms(p.bubble_s)
+     << "</td><td>" << measured("pp") << "</td></tr>\n"
+     << "<tr><td>data-parallel communication</td><td>" << ms(p.dp_exposed_s) << "</td><td>"
+     << measured("dp") << "</td></tr>\n"
+     << "<tr><td>optimizer (and offload)</td><td>" << ms(p.optimizer_s + p.offload_s) << "</td><td>"
+     << ms(c.optim_ms / 1e3) << "</td></tr>\n"
+     << "</table>\n";
+  return os.str();
+}
+
+}  // namespace strata
