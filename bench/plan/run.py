@@ -4,7 +4,10 @@ model and world; this runs a sample of them (or all: --sample 0) for a few steps
 `strata train` and compares the median measured step with the prediction. Prints each
 layout's predicted and measured milliseconds, the median and largest |error|, Spearman's
 rank correlation, whether the predicted first is within 5% of the measured best, and how
-many layouts ran. Run alone: a build beside it skews the figures.
+many layouts ran. With --device-memory SIZE the plan keeps only layouts the estimator says
+fit SIZE, and each run's tracked peak is checked against it (the largest mem_peak_total of
+its steps; the log holds rank 0's): none may exceed it. Run alone: a build beside it skews
+the figures.
 
   python3 bench/plan/run.py [--nproc 4 --flavour debug --batch 16 --sample 12 --steps 8]
 """
@@ -47,17 +50,20 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--extra", default="", help="more --section.key=value for plan and train")
+    p.add_argument("--device-memory", default="", help="a cap for plan (e.g. 96MiB), checked")
     a = p.parse_args()
     common = [f"--model.flavour={a.flavour}", "--data.source=synthetic",
               f"--training.batch_size={a.batch}"] + a.extra.split()
     plan = [a.strata, "plan", "--nproc", str(a.nproc), "--top", "100000", "--json"] + common
     if a.profile:
         plan += ["--profile", a.profile]
+    if a.device_memory:
+        plan += ["--device-memory", a.device_memory]
     rows = json.loads(subprocess.run(plan, check=True, capture_output=True, text=True).stdout)
     best_predicted = rows[0]
     chosen = rows if a.sample == 0 else [rows[0]] + random.Random(a.seed).sample(
         rows[1:], min(a.sample - 1, len(rows) - 1))
-    pred, meas = [], []
+    pred, meas, peaks = [], [], []
     print(f"{a.flavour}, {a.nproc} ranks, batch {a.batch}: {len(rows)} layouts fit; running "
           f"{len(chosen)} for {a.steps} steps each")
     print(f"{'predicted ms':>12} {'measured ms':>12} {'error':>8}  layout")
@@ -70,7 +76,9 @@ def main():
             if run.returncode != 0:
                 print(f"{'':>12} {'failed':>12} {'':>8}  {r['layout']}: {run.stderr.strip()[-200:]}")
                 continue
-            recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))][a.warmup:]
+            all_recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+            recs = all_recs[a.warmup:]
+        peaks.append((max(x.get("mem_peak_total", 0) for x in all_recs), r["peak_bytes"], r["layout"]))
         m = statistics.median(x["step_ms"] for x in recs)
         pr = r["step_s"] * 1e3
         pred.append(pr)
@@ -79,6 +87,16 @@ def main():
     errs = [abs(x - y) / y for x, y in zip(pred, meas)]
     print(f"layouts run: {len(meas)}; |error| median {100 * statistics.median(errs):.1f}%, "
           f"max {100 * max(errs):.1f}%; Spearman {spearman(pred, meas):.2f}")
+    if a.device_memory:
+        units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+        text = a.device_memory.lower()
+        cap = next((float(text[:-3]) * v for k, v in units.items() if text.endswith(k)), None)
+        cap = float(text) if cap is None else cap
+        over = [(m, e, l) for m, e, l in peaks if m > cap]
+        print(f"memory cap {a.device_memory}: {len(over)} of {len(peaks)} layouts predicted to "
+              f"fit exceeded it (largest tracked peak {max(m for m, _, _ in peaks) / 2**20:.1f} MiB)")
+        for m, e, l in over:
+            print(f"  over: {l}: tracked {m / 2**20:.1f} MiB, estimated {e / 2**20:.1f} MiB")
     best = min(meas)
     first = meas[0]
     print(f"predicted first ({best_predicted['layout']}) measures {first:.1f} ms, "
