@@ -1,0 +1,158 @@
+#include "strata/cli/machine_bench.h"
+
+#include "strata/optim/adamw.h"
+
+namespace strata {
+
+std::vector<GemmPoint> gemm_curve(at::ScalarType dtype, int64_t largest, bool quick) {
+  std::vector<GemmPoint> out;
+  for (int64_t n = 64; n <= largest; n *= quick ? 4 : 2) {
+    // A transformer's shapes are (tokens x d) by (d x 4d) and the like: rectangular,
+    // here (2n x n) by (n x 2n).
+    const at::Tensor a = at::randn({2 * n, n}).to(dtype), b = at::randn({n, 2 * n}).to(dtype);
+    const double s = median_seconds([&] { (void)at::mm(a, b); }, quick ? 2 : 3, quick ? 0.05 : 0.3);
+    out.push_back({2.0 * (2 * n) * n * (2 * n), s});
+  }
+  return out;
+}
+
+double memory_bandwidth(bool quick) {
+  const int64_t n = quick ? (4 << 20) : (32 << 20);  // floats: 16 or 128 MiB
+  const at::Tensor a = at::randn({n});
+  at::Tensor b = at::empty_like(a);
+  const double s = median_seconds([&] { b.copy_(a); }, 3, quick ? 0.05 : 0.3);
+  return 2.0 * static_cast<double>(a.nbytes()) / s;  // read + write
+}
+
+namespace {
+// Forward and backward of `loss_of(x)` with x's gradient: the time one call of the
+// kernel costs in a training step.
+template <class Fn>
+double fwd_bwd_seconds(const at::Tensor& x, Fn loss_of, bool quick) {
+  return median_seconds(
+      [&] {
+        x.mutable_grad() = at::Tensor();
+        loss_of(x).backward();
+      },
+      quick ? 2 : 3, quick ? 0.03 : 0.15);
+}
+}  // namespace
+
+// Note [kernel calibration]: the non-GEMM kernels of a transformer step timed forward
+// and backward as the model calls them, at sizes from one short sequence to a large
+// micro-batch: element-wise bandwidth alone misprices them (exp and erf are
+// compute-bound on CPUs; the loss's backward writes a full gradient of the logits).
+std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
+  std::map<std::string, std::vector<KernelPoint>> out;
+  const std::vector<int64_t> rows =
+      quick ? std::vector<int64_t>{64, 1024} : std::vector<int64_t>{64, 256, 1024, 4096};
+  auto grad_of = [](at::Tensor t) { return t.requires_grad_(true); };
+  for (const int64_t r : rows) {  // the loss over a vocabulary of 8192
+    const at::Tensor x = grad_of(at::randn({r, 8192}));
+    const at::Tensor target = at::randint(8192, {r}, at::kLong);
+    const double s = fwd_bwd_seconds(
+        x, [&](const at::Tensor& v) { return at::cross_entropy_loss(v, target); }, quick);
+    out["cross_entropy"].push_back({static_cast<double>(x.numel()), s});
+  }
+  for (const auto& [dtype, name] :
+       {std::pair{at::kFloat, "fp32"}, std::pair{at::kBFloat16, "bf16"}}) {
+    for (const int64_t r : rows) {  // rows of a 384-wide stream (the MLP's 1536 for GELU)
+      const at::Tensor x = grad_of(at::randn({r, 384}).to(dtype));
+      const at::Tensor w = at::ones({384}, dtype), b = at::zeros({384}, dtype);
+      out[std::string("layer_norm/") + name].push_back(
+          {static_cast<double>(x.numel()),
+           fwd_bwd_seconds(
+               x, [&](const at::Tensor& v) { return at::layer_norm(v, {384}, w, b).sum(); },
+               quick)});
+      const at::Tensor h = grad_of(at::randn({r, 1536}).to(dtype));
+      out[std::string("gelu/") + name].push_back(
+          {static_cast<double>(h.numel()),
+           fwd_bwd_seconds(
+               h, [&](const at::Tensor& v) { return at::gelu(v).sum(); }, quick)});
+    }
+    // Causal attention over (1, 4 heads, T, 32) for growing T, per head; work counts
+    // forward's 4 T^2 d and backward's 8 T^2 d FLOPs (the full square, as the cost
+    // model does).
+    for (const int64_t t :
+         quick ? std::vector<int64_t>{128, 512} : std::vector<int64_t>{64, 128, 256, 512, 1024}) {
+      const at::Tensor q = grad_of(at::randn({1, 4, t, 32}).to(dtype));
+      const at::Tensor k = at::randn({1, 4, t, 32}).to(dtype),
+                       v = at::randn({1, 4, t, 32}).to(dtype);
+      const double s = fwd_bwd_seconds(
+          q,
+          [&](const at::Tensor& x) {
+            return at::scaled_dot_product_attention(x, k, v, {}, 0.0, true).sum();
+          },
+          quick);
+      out[std::string("attention/") + name].push_back(
+          {12 * static_cast<double>(t * t) * 32, s / 4});
+    }
+    // A linear layer (tokens x d) -> 4d with its bias, forward and backward (input,
+    // weight and bias gradients): thin transformer shapes run well below a square
+    // multiply's rate. Work: its 6 N d 4d FLOPs.
+    for (const auto& [n, d] :
+         quick ? std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {2048, 128}}
+               : std::vector<std::pair<int64_t, int64_t>>{{128, 64},
+                                                          {128, 128},
+                                                          {512, 128},
+                                                          {2048, 128},
+                                                          {2048, 256},
+                                                          {8192, 256},
+                                                          {8192, 512}}) {
+      const at::Tensor x = grad_of(at::randn({n, d}).to(dtype));
+      const at::Tensor w = grad_of(at::randn({4 * d, d}).to(dtype)),
+                       b = grad_of(at::zeros({4 * d}).to(dtype));
+      const double s = fwd_bwd_seconds(
+          x, [&](const at::Tensor& v) { return at::linear(v, w, b).sum(); }, quick);
+      out[std::string("linear/") + name].push_back({6.0 * static_cast<double>(n * d * 4 * d), s});
+    }
+  }
+  // AdamW's update of fp32 parameters, per element, over 4 tensors.
+  for (const int64_t n :
+       quick ? std::vector<int64_t>{1 << 16} : std::vector<int64_t>{1 << 16, 1 << 20}) {
+    std::vector<NamedParam> params;
+    for (int i = 0; i < 4; ++i) {
+      at::Tensor w = at::randn({n / 4});
+      w.mutable_grad() = at::randn({n / 4});
+      params.push_back({"w" + std::to_string(i), w});
+    }
+    AdamW opt(params, {});
+    out["adamw"].push_back(
+        {static_cast<double>(n), median_seconds([&] { opt.step(1e-4); }, 3, quick ? 0.03 : 0.15)});
+  }
+  return out;
+}
+
+// One small op's forward and backward: a chain of multiplies on 8 floats.
+double op_overhead(bool quick) {
+  const at::Tensor x = at::randn({8}).requires_grad_(true);
+  constexpr int kOps = 64;
+  const double s = median_seconds(
+      [&] {
+        at::Tensor y = x;
+        for (int i = 0; i < kOps; ++i) y = y * 1.0001;
+        y.backward(at::ones_like(y));
+      },
+      3, quick ? 0.03 : 0.15);
+  return s / kOps;
+}
+
+// Note [contention]: ranks of a CPU run share the machine's cores, caches and memory
+// bandwidth, so each computes slower than one alone, and not by a ratio of cores
+// (hyper-threads, turbo, bandwidth-bound kernels). The same compute mix (a linear
+// layer, a loss over a vocabulary, GELU) is timed by one process alone and by g ranks
+// at once; the ratio is the profile's contention for g ranks.
+double compute_mix_seconds(bool quick) {
+  const at::Tensor x = at::randn({1024, 128}).requires_grad_(true);
+  const at::Tensor w = at::randn({512, 128}).requires_grad_(true);
+  const at::Tensor logits = at::randn({256, 8192}).requires_grad_(true);
+  const at::Tensor target = at::randint(8192, {256}, at::kLong);
+  return median_seconds(
+      [&] {
+        at::Tensor h = at::gelu(at::linear(x, w));
+        (h.sum() + at::cross_entropy_loss(logits, target)).backward();
+      },
+      quick ? 3 : 7, quick ? 0.05 : 0.3);
+}
+
+}  // namespace strata

@@ -1,0 +1,46 @@
+#pragma once
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "strata/plan/profile.h"
+
+namespace strata {
+
+// The compute half of `strata calibrate`, on one rank: matrix-multiply and linear-layer
+// curves, element-wise bandwidth, the step's kernels (Note [kernel calibration]), the
+// op overhead and the contention mix (Note [contention]). quick: fewer sizes and repeats.
+
+using CalibrateClock = std::chrono::steady_clock;
+
+// Median seconds of fn over at least `min_reps` runs and about `budget_s`, after one
+// warm-up run.
+template <class Fn>
+double median_seconds(Fn fn, int min_reps, double budget_s) {
+  fn();
+  std::vector<double> t;
+  const auto start = CalibrateClock::now();
+  while (static_cast<int>(t.size()) < min_reps ||
+         (std::chrono::duration<double>(CalibrateClock::now() - start).count() < budget_s &&
+          t.size() < 50)) {
+    const auto t0 = CalibrateClock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(CalibrateClock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<GemmPoint> gemm_curve(at::ScalarType dtype, int64_t largest, bool quick);
+double memory_bandwidth(bool quick);
+std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick);
+// One small op's forward and backward.
+double op_overhead(bool quick);
+// Seconds of the contention mix (a linear layer, a loss over a vocabulary, GELU).
+double compute_mix_seconds(bool quick);
+
+}  // namespace strata
