@@ -144,13 +144,19 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   expect_one_error_line(strata_bin() + " calibrate --nproc 0", "--nproc 0 must be at least 1");
 }
 
+namespace {
+// `strata plan` over 2 ranks with the A100 datasheet profile and synthetic data.
+std::string a100_plan(const std::string& args) {
+  return strata_bin() + " plan --nproc 2 --profile " + source_dir() +
+         "/profiles/a100-80gb.json --data.source=synthetic " + args;
+}
+}  // namespace
+
 TEST(Plan, RanksTheLayoutsThatFitAndSaysHowToRunThem) {
   // The debug GPT on 2 ranks with the A100 datasheet profile: a table of the fastest
   // predicted layouts, in order, with the overrides of the first; a memory limit
   // nothing fits is one line.
-  const std::string base = strata_bin() + " plan --nproc 2 --profile " + source_dir() +
-                           "/profiles/a100-80gb.json --data.source=synthetic "
-                           "--training.batch_size=8 ";
+  const std::string base = a100_plan("--training.batch_size=8 ");
   auto r = run(base + "--top 3", 60);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("layouts start"), std::string::npos) << r.output;
@@ -171,9 +177,8 @@ TEST(Plan, FixHoldsKeysAndRunTopRanksByMeasurement) {
   // --fix keeps only layouts with the config's value for those keys; --run-top trains
   // the first K predicted (here 2 short runs of the debug GPT on 2 ranks) and ranks
   // them by their measured step.
-  const std::string base = strata_bin() + " plan --nproc 2 --profile " + source_dir() +
-                           "/profiles/a100-80gb.json --data.source=synthetic "
-                           "--training.batch_size=4 --parallel.tp=2 --memory.recompute=none ";
+  const std::string base =
+      a100_plan("--training.batch_size=4 --parallel.tp=2 --memory.recompute=none ");
   auto r = run(base + "--fix parallel.tp,memory.recompute --top 1000 --json 2>/dev/null", 60);
   ASSERT_EQ(r.status, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);

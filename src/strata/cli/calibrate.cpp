@@ -134,7 +134,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   STRATA_CHECK(a.nproc >= 1, "--nproc ", a.nproc, " must be at least 1");
   const auto t0 = CalibrateClock::now();
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t threads = a.threads > 0 ? a.threads : std::max<int64_t>(1, cores / a.nproc);
+  const int64_t threads = threads_per_rank(a.threads, a.nproc);
   at::set_num_threads(static_cast<int>(threads));
   keep_freed_host_memory();  // as the trainer does: large blocks are reused, not re-faulted
   char host[256] = "machine";

@@ -7,11 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "strata/core/errors.h"
-#include "strata/core/files.h"
 #include "strata/distributed/launcher.h"
+#include "strata/report/run_record.h"
 
 namespace fs = std::filesystem;
 
@@ -24,6 +23,13 @@ double measured_step_seconds(const std::string& self_exe, int64_t nproc,
   static int serial = 0;
   const fs::path dir = fs::temp_directory_path() / ("strata-measure-" + std::to_string(getpid()) +
                                                     "-" + std::to_string(serial++));
+  struct RemoveDir {  // however this returns, the run's directory goes
+    fs::path path;
+    ~RemoveDir() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } remove_dir{dir};
   LaunchOptions lo;
   lo.nproc_per_node = nproc;
   lo.master_port = "auto";
@@ -42,16 +48,9 @@ double measured_step_seconds(const std::string& self_exe, int64_t nproc,
   dup2(saved, STDOUT_FILENO);
   close(saved), close(null);
   std::vector<double> times;
-  if (rc == 0 && fs::exists(dir / "metrics.jsonl")) {
-    std::istringstream lines(read_file(dir / "metrics.jsonl"));
-    for (std::string line; std::getline(lines, line);) {
-      const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.value("step", int64_t{0}) > warmup)
-        times.push_back(j["step_ms"].get<double>() / 1e3);
-    }
-  }
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
+  if (rc == 0 && fs::exists(dir / "metrics.jsonl"))
+    for (const auto& j : read_jsonl(dir / "metrics.jsonl"))
+      if (j.value("step", int64_t{0}) > warmup) times.push_back(j["step_ms"].get<double>() / 1e3);
   STRATA_CHECK(rc == 0, "a measured training run on ", nproc,
                " ranks failed (its errors are above); check that strata train runs with it");
   STRATA_CHECK(!times.empty(), "a measured training run on ", nproc, " ranks logged no steps");

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "strata/cli/estimate.h"
 #include "strata/cli/measure.h"
@@ -37,9 +36,7 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
   Config cfg;
   apply_config_args(cfg, a.config_path, a.overrides, "plan");
   validate_config(cfg);
-  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t threads =
-      cfg.training.threads > 0 ? cfg.training.threads : std::max<int64_t>(1, cores / a.nproc);
+  const int64_t threads = threads_per_rank(cfg.training.threads, a.nproc);
   const std::string path = a.profile.empty() ? default_profile_path(threads) : a.profile;
   STRATA_CHECK(std::filesystem::exists(path), "no hardware profile at ", path,
                a.profile.empty() ? c10::str("; run strata calibrate --nproc ", a.nproc,
@@ -53,11 +50,7 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
   const std::vector<Layout> layouts = enumerate_layouts(cfg, a.nproc, shape, a.fix);
   STRATA_CHECK(!layouts.empty(), "no layout of ", a.nproc, " ranks runs this model at batch ",
                cfg.training.batch_size, "; change training.batch_size or --nproc");
-  CostOptions o;
-  o.precision = cfg.memory.precision;
-  o.batch = cfg.training.batch_size;
-  o.overlap =
-      hw.backend == "nccl" ? 0.9 : 0.0;  // Gloo on CPU: comm threads need the cores compute holds
+  const CostOptions o = cost_options(cfg, hw);
   std::vector<Ranked> ranked;
   ModelSpec spec;
   for (const Layout& l : layouts) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "strata/core/errors.h"
 
@@ -302,6 +303,12 @@ void apply_config_args(Config& c, const std::string& path,
                  " --help)");
     apply_override(c, o.substr(2));
   }
+}
+
+int64_t threads_per_rank(int64_t configured, int64_t local_ranks) {
+  if (configured > 0) return configured;
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_ranks));
 }
 
 void validate_config(const Config& c) {

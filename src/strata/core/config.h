@@ -156,6 +156,10 @@ void apply_config_args(Config& c, const std::string& path,
                        const std::vector<std::string>& overrides, const std::string& command);
 // Checks values that make sense on their own (ranges, names); layout checks need the world size.
 void validate_config(const Config& c);
+
+// training.threads as a run applies it: the configured count, else this machine's cores
+// shared evenly by its `local_ranks` ranks (at least 1 each).
+int64_t threads_per_rank(int64_t configured, int64_t local_ranks);
 // "section.key = value" lines for the start-up table, and the config as TOML text.
 std::string config_table(Config& c);
 std::string config_toml(Config& c);

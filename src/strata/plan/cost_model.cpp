@@ -16,6 +16,18 @@ double elementwise_seconds(const HardwareProfile& hw, double bytes) {
   return hw.memory_bytes_per_s > 0 ? bytes / hw.memory_bytes_per_s : 0;
 }
 
+// The run's precision as the model prices it: half runs multiply in bf16 where the
+// profile has bf16 rates, and keep activations in two bytes.
+struct Precision {
+  bool half;
+  std::string dtype;
+  double elem;
+};
+Precision precision_of(const CostOptions& o, const HardwareProfile& hw) {
+  const bool half = o.precision != "fp32";
+  return {half, half && hw.gemm.count("bf16") ? "bf16" : "fp32", half ? 2.0 : 4.0};
+}
+
 // Note [op counts]: the autograd ops one micro-batch runs through each part (forward
 // ops; each has a backward node), counted from the models' forward code: every op
 // pays the profile's op_overhead_s, which is what makes one-sequence micro-batches and
@@ -31,44 +43,44 @@ constexpr double kEmbedOps = 6;      // lookups, positions, add (BERT: + types a
 
 PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& o,
                         const HardwareProfile& hw) {
-  const bool half = o.precision != "fp32";
-  const std::string dtype = half && hw.gemm.count("bf16") ? "bf16" : "fp32";
-  const double elem = half ? 2 : 4;
+  const Precision prec = precision_of(o, hw);
+  const std::string& dtype = prec.dtype;
+  const double elem = prec.elem;
   const bool bert = s.family == Family::kBert;
   const double T = static_cast<double>(s.seq_len), d = static_cast<double>(s.d_model);
   const double tp = static_cast<double>(l.tp), mb = static_cast<double>(l.micro_batch);
   const double N = mb * T;
   const double heads = static_cast<double>(s.n_head) / tp, dh = d / static_cast<double>(s.n_head);
   auto mm = [&](double m, double k, double n) { return hw.gemm_seconds(dtype, 2 * m * k * n); };
-  // Forward and backward of a kernel from the profile, or bytes over the bandwidth.
+  // Forward and backward of a kernel in the run's dtype from the profile, or bytes over
+  // the bandwidth.
   auto kernel = [&](const std::string& name, double work, double bytes) {
-    return hw.kernel_seconds(name + (name == "cross_entropy" ? "" : "/" + dtype), work,
-                             elementwise_seconds(hw, bytes));
+    return hw.kernel_seconds(name + "/" + dtype, work, elementwise_seconds(hw, bytes));
   };
   const double stream = l.sequence_parallel ? N / tp : N;  // rows of the residual stream here
   const double ops = hw.op_overhead_s;
   PartCosts c;
-  // A block: q/k/v, projection and the MLP's two linears (tp splits their output or
-  // input features), backward twice forward.
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run
-  // below a square multiply's rate), else its three multiplies.
+  // below a square multiply's rate), else its three multiplies; a third is forward.
   auto linear = [&](double m, double k, double n) {
     return hw.kernel_seconds("linear/" + dtype, 6 * m * k * n, 3 * mm(m, k, n)) / 3;
   };
+  // A block: q/k/v, projection and the MLP's two linears (tp splits their output or
+  // input features).
   const double linears = linear(N, d, 3 * d / tp) + linear(N, d / tp, d) +
                          linear(N, d, 4 * d / tp) + linear(N, 4 * d / tp, d);
-  // Attention's fused kernel, per (sequence, head) of this rank's (fallback: its two
-  // products as GEMMs).
-  // Without a measured kernel it is priced unfused: the products as GEMMs and the
-  // (T, T) scores' traffic (written, masked and soft-maxed forward; read and written
-  // again backward: about 14 passes).
+  // Attention's fused kernel, per (sequence, head) of this rank's. Without a measured
+  // kernel it is priced unfused: the products as GEMMs and the (T, T) scores' traffic
+  // (written, masked and soft-maxed forward; read and written again backward: about 14
+  // passes).
   const double attention =
       mb * heads *
       hw.kernel_seconds("attention/" + dtype, 12 * T * T * dh,
                         3 * 2 * mm(T, dh, T) + elementwise_seconds(hw, T * T * elem * 14));
   // Two norms on the stream, GELU on this rank's 4d/tp, and plain element-wise work:
   // two residual adds and the heads' transpose copy (forward; backward half again).
-  const double norms = 2 * kernel("layer_norm", stream * d, stream * d * elem * 5);
+  const double stream_norm = kernel("layer_norm", stream * d, stream * d * elem * 5);
+  const double norms = 2 * stream_norm;
   const double gelu = kernel("gelu", N * 4 * d / tp, N * 4 * d / tp * elem * 5);
   const double plain = elementwise_seconds(hw, (stream * d * 6 + N * d / tp * 2) * elem);
   const double block_ops = ops * (kBlockOps + (l.tp > 1 ? kTpBlockOps : 0));
@@ -96,11 +108,10 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // writes the tables' gradients (zeroed, then rows added).
   const double V = static_cast<double>(s.padded_vocab(l.tp)) / tp;
   const double embed_bytes = N * d * elem * (bert ? 5 : 3);
-  c.first_forward = elementwise_seconds(hw, embed_bytes) + ops * kEmbedOps / 2 +
-                    (bert ? kernel("layer_norm", stream * d, stream * d * elem * 5) / 3 : 0);
+  const double embed_norm = bert ? stream_norm : 0;
+  c.first_forward = elementwise_seconds(hw, embed_bytes) + ops * kEmbedOps / 2 + embed_norm / 3;
   c.first_backward = elementwise_seconds(hw, embed_bytes + (V + T) * d * 4 * 2) +
-                     ops * kEmbedOps / 2 +
-                     (bert ? 2 * kernel("layer_norm", stream * d, stream * d * elem * 5) / 3 : 0);
+                     ops * kEmbedOps / 2 + 2 * embed_norm / 3;
   // The last stage: final norm (BERT: the MLM transform's dense, GELU and norm), the
   // vocabulary GEMM and the fp32 cross-entropy over this rank's vocabulary slice.
   const double head_mm = linear(N, d, V) + (bert ? linear(N, d, d) : 0);
@@ -132,19 +143,26 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   return c;
 }
 
+CostOptions cost_options(const Config& cfg, const HardwareProfile& hw) {
+  CostOptions o;
+  o.precision = cfg.memory.precision;
+  o.batch = cfg.training.batch_size;
+  o.overlap = hw.backend == "nccl" ? 0.9 : 0.0;  // Gloo on CPU: comm threads need the cores
+  return o;
+}
+
 StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptions& o,
                             const HardwareProfile& hw) {
   STRATA_CHECK(is_language_model(s.family), "the cost model covers GPT and BERT flavours; ",
                s.flavour, " is not one");
-  const bool half = o.precision != "fp32";
-  const std::string dtype = half && hw.gemm.count("bf16") ? "bf16" : "fp32";
-  const double elem = half ? 2 : 4;
+  const Precision prec = precision_of(o, hw);
+  const double elem = prec.elem;
   const double T = static_cast<double>(s.seq_len), d = static_cast<double>(s.d_model);
   const double N = static_cast<double>(l.micro_batch) * T, tp = static_cast<double>(l.tp);
   const int64_t m = o.batch / (l.micro_batch * l.dp);  // micro-batches per step
   STRATA_CHECK(m >= 1, "the batch ", o.batch, " does not fill one micro-batch of ", l.micro_batch,
                " on each of ", l.dp, " replicas");
-  const PartCosts parts = predict_parts(s, l, o, hw);
+  const PartCosts c = predict_parts(s, l, o, hw);
   const double world = static_cast<double>(l.dp * l.tp * l.pp);
 
   // Each virtual stage's forward and backward per micro-batch.
@@ -153,7 +171,6 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   if (stages > 1) blocks = stage_partition(s, "auto", stages, l.pp_virtual);
   std::vector<double> fwd1(static_cast<size_t>(stages)), bwd1(fwd1.size()), rec1(fwd1.size()),
       tpc(fwd1.size()), rtc(fwd1.size());
-  const PartCosts& c = parts;
   for (int64_t v = 0; v < stages; ++v) {
     const auto nb = static_cast<double>(blocks[static_cast<size_t>(v)]);
     double f = nb * c.block_forward, bw = nb * c.block_backward, comm = nb * c.block_tp_comm;
@@ -223,8 +240,8 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   int64_t busiest = 0;
   for (int64_t r = 0; r < l.pp; ++r)
     if (sim.busy[static_cast<size_t>(r)] > sim.busy[static_cast<size_t>(busiest)]) busiest = r;
-  for (int64_t c = 0; c < l.pp_virtual; ++c) {
-    const auto v = static_cast<size_t>(c * l.pp + busiest);
+  for (int64_t chunk = 0; chunk < l.pp_virtual; ++chunk) {
+    const auto v = static_cast<size_t>(chunk * l.pp + busiest);
     p.compute_s += static_cast<double>(m) * (fwd[v] + bwd[v]);
     p.recompute_s += static_cast<double>(m) * rec[v];
     p.tp_comm_s += static_cast<double>(m) * (tpc[v] + rtc[v]);
@@ -263,16 +280,16 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // AdamW's update (the profile's kernel, else its traffic: parameter, gradient and two
   // moments read, three written, plus the half copy with master weights), the gradient
   // norm's read and the gradients' zeroing.
-  p.optimizer_s =
-      scale * share *
-      (hw.kernel_seconds("adamw", shard, elementwise_seconds(hw, shard * (28 + (half ? 4 : 0)))) +
-       elementwise_seconds(hw, params * elem * 2));
+  p.optimizer_s = scale * share *
+                  (hw.kernel_seconds("adamw", shard,
+                                     elementwise_seconds(hw, shard * (28 + (prec.half ? 4 : 0)))) +
+                   elementwise_seconds(hw, params * elem * 2));
   if (l.offload && hw.host_to_device_bytes_per_s > 0)
     p.offload_s =
         shard * elem / hw.device_to_host_bytes_per_s + shard * elem / hw.host_to_device_bytes_per_s;
   p.step_s = sim.step_time + p.dp_exposed_s + p.optimizer_s + p.offload_s;
   p.tokens_per_s = static_cast<double>(o.batch) * T / p.step_s;
-  const double peak = hw.peak_flops(dtype);
+  const double peak = hw.peak_flops(prec.dtype);
   const double flops_per_token = transformer_flops_per_token(s);
   p.mfu = peak > 0 ? flops_per_token * p.tokens_per_s / (world * peak) : 0;
   return p;

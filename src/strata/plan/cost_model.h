@@ -60,6 +60,10 @@ struct PartCosts {
 };
 PartCosts predict_parts(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
                         const HardwareProfile& hw);
+// The options a run of cfg is priced with on hw: its precision and global batch, and
+// the overlap its backend achieves (0.9 on NCCL; none on Gloo/CPU, whose comm threads
+// need the cores compute holds).
+CostOptions cost_options(const Config& cfg, const HardwareProfile& hw);
 StepPrediction predict_step(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
                             const HardwareProfile& hw);
 

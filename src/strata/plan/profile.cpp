@@ -102,21 +102,25 @@ nlohmann::json by_ranks_json(const std::map<int64_t, double>& c) {
   for (const auto& [g, x] : c) out[std::to_string(g)] = x;
   return out;
 }
+// name -> [{<size>: x, seconds: t}, ...], read back by read_curves.
+template <class Point, class Size>
+nlohmann::json curves_json(const std::map<std::string, std::vector<Point>>& curves,
+                           const char* size, Size size_of) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, pts] : curves) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& pt : pts) a.push_back({{size, size_of(pt)}, {"seconds", pt.seconds}});
+    out[name] = a;
+  }
+  return out;
+}
 }  // namespace
 
 nlohmann::json profile_json(const HardwareProfile& p) {
-  nlohmann::json gemm = nlohmann::json::object();
-  for (const auto& [dtype, pts] : p.gemm) {
-    nlohmann::json a = nlohmann::json::array();
-    for (const auto& pt : pts) a.push_back({{"flops", pt.flops}, {"seconds", pt.seconds}});
-    gemm[dtype] = a;
-  }
-  nlohmann::json kernels = nlohmann::json::object();
-  for (const auto& [k, pts] : p.kernels) {
-    nlohmann::json a = nlohmann::json::array();
-    for (const auto& pt : pts) a.push_back({{"work", pt.work}, {"seconds", pt.seconds}});
-    kernels[k] = a;
-  }
+  const nlohmann::json gemm =
+      curves_json(p.gemm, "flops", [](const GemmPoint& pt) { return pt.flops; });
+  const nlohmann::json kernels =
+      curves_json(p.kernels, "work", [](const KernelPoint& pt) { return pt.work; });
   nlohmann::json coll = nlohmann::json::object();
   for (const auto& [op, fits] : p.collectives)
     for (const auto& [g, f] : fits)
@@ -182,6 +186,16 @@ void read_curves(const nlohmann::json& j, const char* key, const char* size,
     for (const auto& [x, q] : sized) curve.push_back(q);
   }
 }
+// A map of rank count -> slowdown (>= 1), by_ranks_json's.
+void read_slowdowns(const nlohmann::json& j, const char* key, const std::string& where,
+                    std::map<int64_t, double>& out) {
+  if (!j.contains(key)) return;
+  for (const auto& [g, x] : j[key].items()) {
+    STRATA_CHECK(x.is_number() && x.get<double>() >= 1, where, ": ", key, ".", g,
+                 " must be a number >= 1 (a slowdown)");
+    out[std::stoll(g)] = x.get<double>();
+  }
+}
 }  // namespace
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
@@ -202,14 +216,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
     return KernelPoint{x, t};
   });
   p.op_overhead_s = positive(j, "op_overhead_s", where, false);
-  for (const char* key : {"contention", "step_scale"})
-    if (j.contains(key))
-      for (const auto& [g, x] : j[key].items()) {
-        STRATA_CHECK(x.is_number() && x.get<double>() >= 1, where, ": ", key, ".", g,
-                     " must be a number >= 1 (a slowdown)");
-        (std::string(key) == "contention" ? p.contention : p.step_scale)[std::stoll(g)] =
-            x.get<double>();
-      }
+  read_slowdowns(j, "contention", where, p.contention);
+  read_slowdowns(j, "step_scale", where, p.step_scale);
   if (j.contains("collectives"))
     for (const auto& [op, fits] : j["collectives"].items())
       for (const auto& [g, f] : fits.items()) {

@@ -55,7 +55,6 @@ struct HardwareProfile {
   // Measured steps of a reference model over predicted ones, by ranks (Note [step
   // calibration]); group sizes not measured take the nearest below (1 when none).
   std::map<int64_t, double> step_scale;
-  double step_scale_for(int64_t ranks) const;
   double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
   double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
 
@@ -69,6 +68,8 @@ struct HardwareProfile {
   // wait) sharing the machine: the measured contention, linear between the measured
   // sizes (one rank: 1), else (ranks x threads / cores) when that exceeds 1.
   double compute_share(double ranks) const;
+  // The step scale for `ranks` ranks: the nearest measured size below, 1 when none.
+  double step_scale_for(int64_t ranks) const;
   // The highest measured rate (FLOP/s), the peak MFU is reported against.
   double peak_flops(const std::string& dtype) const;
   // Seconds of one collective over `group` ranks on `bytes` per rank: the measured fit

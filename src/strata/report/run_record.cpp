@@ -25,7 +25,6 @@ const nlohmann::json& RunRecord::peak_step() const {
   return *best;
 }
 
-namespace {
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> out;
   std::ifstream in(path);
@@ -42,7 +41,6 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   }
   return out;
 }
-}  // namespace
 
 RunRecord read_run(const std::string& dir) {
   STRATA_CHECK(fs::is_directory(dir), "run directory ", dir,

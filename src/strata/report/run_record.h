@@ -32,6 +32,10 @@ struct RunRecord {
   const nlohmann::json& peak_step() const;
 };
 
+// The records of a JSON-lines file (metrics.jsonl, memory_timeline.jsonl); a torn last
+// line (a run killed mid-write) is left out, a damaged earlier one is one error line.
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+
 // One error line when the directory is not a run directory (no config.toml or
 // no metrics.jsonl with at least one step).
 RunRecord read_run(const std::string& dir);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "strata/core/errors.h"
@@ -46,10 +45,7 @@ StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate
   }
   const Config& cfg = run.config;
   const int64_t dp = est.plan.dims.dp(), tp = est.plan.dims.tp(), pp = est.plan.dims.pp();
-  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t threads = cfg.training.threads > 0
-                              ? cfg.training.threads
-                              : std::max<int64_t>(1, cores / std::max<int64_t>(1, dp * tp * pp));
+  const int64_t threads = threads_per_rank(cfg.training.threads, dp * tp * pp);
   c.profile = profile_path.empty() ? default_profile_path(threads) : profile_path;
   if (!std::filesystem::exists(c.profile)) {
     c.why_not = "no hardware profile at " + c.profile + "; run strata calibrate --nproc " +
@@ -59,11 +55,7 @@ StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate
   }
   try {
     const HardwareProfile hw = load_profile(c.profile);
-    CostOptions o;
-    o.precision = cfg.memory.precision;
-    o.batch = cfg.training.batch_size;
-    o.overlap = hw.backend == "nccl" ? 0.9 : 0.0;
-    c.predicted = predict_step(spec, Layout::of(cfg, dp, tp, pp), o, hw);
+    c.predicted = predict_step(spec, Layout::of(cfg, dp, tp, pp), cost_options(cfg, hw), hw);
   } catch (const Error& e) {
     c.why_not = e.what();
     c.profile.clear();

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "strata/core/env.h"
 #include "strata/core/errors.h"
@@ -49,8 +48,7 @@ Trainer::Trainer(Config cfg, const WorldInfo& info, Extensions ext)
   const auto& p = cfg_.parallel;
   ParallelDims dims(p.dp, p.tp, p.pp, info.world_size);
   set_log_rank(static_cast<int>(info.rank));
-  const auto hw = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  threads_ = t.threads > 0 ? t.threads : std::max<int64_t>(1, hw / info.local_world_size);
+  threads_ = threads_per_rank(t.threads, info.local_world_size);
   at::set_num_threads(static_cast<int>(threads_));
   at::globalContext().setDeterministicAlgorithms(t.deterministic, /*warn_only=*/true);
   if (cfg_.memory.track) install_tracking_allocator();
