@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "strata/plan/cost_model.h"
+#include "strata/plan/estimator.h"
 #include "test_util.h"
 
 using namespace strata;
@@ -85,6 +86,21 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   const double param = hw.collective_seconds("all_reduce", 2, 256 * 4);
   EXPECT_NEAR(u.tp_comm_s,
               4 * (4 * (6 * ag + 4 * rs + 6 * param) + 2 * (ag + rs) + 3 * param + 3 * small),
+              1e-9);
+  // ZeRO-3 at dp=2 (no overlap): per micro-batch each block's unit gathered twice and
+  // reduced once, and the root (embeddings, norms, head) gathered and reduced once,
+  // as the trainer's counters show (Note [ZeRO]).
+  Layout z3 = layout(2, 1, 1, 2, "1f1b");
+  z3.zero = 3;
+  const StepPrediction z = predict_step(s, z3, {"fp32", 8, 0.0}, hw);
+  const ParameterCount pc = count_parameters(s);
+  const double unit = 4.0 * static_cast<double>(pc.per_block);
+  const double root = 4.0 * static_cast<double>(pc.outside_blocks);
+  EXPECT_NEAR(z.dp_exposed_s,
+              2 * (4 * (2 * hw.collective_seconds("all_gather", 2, unit) +
+                        hw.collective_seconds("reduce_scatter", 2, unit)) +
+                   hw.collective_seconds("all_gather", 2, root) +
+                   hw.collective_seconds("reduce_scatter", 2, root)),
               1e-9);
 }
 

@@ -104,8 +104,8 @@ std::vector<MatrixRow> read_matrix(const std::string& file) {
 
 // Real runs, 3 steps each (the first step differs: DDP rebuilds its buckets, the
 // optimizer state is made); rank 0's highest tracked peak against the estimate of
-// the run's own config.toml. Bounds from the issue: median |error| <= 3%, max <=
-// 8%, and never FITS when the measured peak exceeds the limit.
+// the run's own config.toml, and the highest rank's against the highest stage's. Bounds from the
+// issue: median |error| <= 3%, max <= 8%, and never FITS when the measured peak exceeds the limit.
 static void check_matrix(const std::string& file, size_t min_rows) {
   const auto rows = read_matrix(file);
   ASSERT_GE(rows.size(), min_rows);
@@ -123,10 +123,25 @@ static void check_matrix(const std::string& file, size_t min_rows) {
     r = run(strata_bin() + " estimate --json --compare " + dir);
     ASSERT_EQ(r.status, 0) << row.name << "\n" << r.output;
     const auto c = nlohmann::json::parse(r.output)["compare"];
-    const double err = c["error"].get<double>(), measured = c["measured"].get<double>();
+    const double err = c["error"].get<double>();
     errors.push_back(std::abs(err));
     table << row.name << ": predicted " << c["predicted"].get<double>() / 1048576
-          << " MiB, measured " << measured / 1048576 << " MiB, error " << err * 100 << "%\n";
+          << " MiB, measured " << c["measured"].get<double>() / 1048576 << " MiB, error "
+          << err * 100 << "%";
+    // The highest rank (a pipeline's last stage, with the head) against the highest
+    // stage's estimate, when it is not rank 0's own figure.
+    ASSERT_TRUE(c.contains("highest")) << row.name << "\n" << r.output;
+    const auto& h = c["highest"];
+    double measured = c["measured"].get<double>();
+    if (h["rank"].get<int64_t>() != 0 || h["predicted"] != c["predicted"]) {
+      errors.push_back(std::abs(h["error"].get<double>()));
+      measured = std::max(measured, h["measured"].get<double>());
+      table << "; highest rank " << h["rank"] << ": predicted "
+            << h["predicted"].get<double>() / 1048576 << " MiB, measured "
+            << h["measured"].get<double>() / 1048576 << " MiB, error "
+            << h["error"].get<double>() * 100 << "%";
+    }
+    table << "\n";
     // Just below the measured peak the verdict must be DOES NOT FIT (exit 1).
     r = run(c10::str(strata_bin(), " estimate --compare ", dir, " --device-memory ",
                      static_cast<int64_t>(measured) - 1));

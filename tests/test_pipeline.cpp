@@ -216,6 +216,10 @@ TEST(PipelineParallel, StepsRecordTheirBubbleTraceAndGanttChart) {
         r["pp"]["predicted_ms"].get<double>(),
         std::max(r["pp"]["busy_ms"][0].get<double>(), r["pp"]["busy_ms"][1].get<double>()) - 1e-6);
     for (const auto& b : r["pp"]["busy_ms"]) EXPECT_GT(b.get<double>(), 0);
+    // Every rank's peak is gathered (Note [every rank's peak]): the last stage, with
+    // the head's logits, peaks above rank 0.
+    EXPECT_EQ(r["mem_peak_max"]["rank"].get<int64_t>(), 1) << r.dump();
+    EXPECT_GT(r["mem_peak_max"]["bytes"].get<double>(), r["mem_peak_total"].get<double>());
   }
   std::ifstream in(dir + "/trace.json");
   const auto trace = nlohmann::json::parse(in);

@@ -5,8 +5,8 @@ model and world; this runs a sample of them (or all: --sample 0) for a few steps
 layout's predicted and measured milliseconds, the median and largest |error|, Spearman's
 rank correlation, whether the predicted first is within 5% of the measured best, and how
 many layouts ran. With --device-memory SIZE the plan keeps only layouts the estimator says
-fit SIZE, and each run's tracked peak is checked against it (the largest mem_peak_total of
-its steps; the log holds rank 0's): none may exceed it. Run alone: a build beside it skews
+fit SIZE, and each run's tracked peak is checked against it (the largest mem_peak_max of
+its steps: the highest rank's): none may exceed it. Run alone: a build beside it skews
 the figures.
 
   python3 bench/plan/run.py [--nproc 4 --flavour debug --batch 16 --sample 12 --steps 8]
@@ -78,7 +78,7 @@ def main():
                 continue
             all_recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
             recs = all_recs[a.warmup:]
-        peaks.append((max(x.get("mem_peak_total", 0) for x in all_recs), r["peak_bytes"], r["layout"]))
+        peaks.append((max(x["mem_peak_max"]["bytes"] for x in all_recs), r["peak_bytes"], r["layout"]))
         m = statistics.median(x["step_ms"] for x in recs)
         pr = r["step_s"] * 1e3
         pred.append(pr)
@@ -97,6 +97,10 @@ def main():
               f"fit exceeded it (largest tracked peak {max(m for m, _, _ in peaks) / 2**20:.1f} MiB)")
         for m, e, l in over:
             print(f"  over: {l}: tracked {m / 2**20:.1f} MiB, estimated {e / 2**20:.1f} MiB")
+        ratios = sorted((m / e, l) for m, e, l in peaks)
+        print(f"tracked peak (highest rank) over estimated: median "
+              f"{statistics.median(r for r, _ in ratios):.3f}, range {ratios[0][0]:.3f} "
+              f"({ratios[0][1]}) to {ratios[-1][0]:.3f} ({ratios[-1][1]})")
     best = min(meas)
     first = meas[0]
     print(f"predicted first ({best_predicted['layout']}) measures {first:.1f} ms, "

@@ -33,17 +33,29 @@ namespace {
 // data-parallel over g ranks, a few steps through `strata train` itself. Its median
 // step, less the predicted communication, over the predicted rest is the profile's
 // step_scale for g ranks, which compute and the optimizer are multiplied by in every
-// prediction for g ranks.
-double reference_step_scale(const HardwareProfile& p, int64_t g, int64_t threads,
+// prediction for g ranks. The prediction it divides carries the measured contention,
+// so contention x step scale is the reference run's own slowdown: steadier than either
+// (at 4 ranks here 2.58-2.72 over five calibrations while the contention alone ranged
+// 1.89-2.72), and what the cost model interpolates (compute_slowdown).
+double reference_step_scale(const HardwareProfile& p, int64_t g, int64_t threads, bool quick,
                             const std::string& self_exe) {
   constexpr int64_t kMicro = 4;
-  const double measured =
-      measured_step_seconds(self_exe, g,
+  // Two runs of 7 timed steps, pooled (--quick: one): one short run's median moved the
+  // scale by up to a quarter between calibrations of this machine (its speed drifts
+  // from run to run).
+  const int runs = quick ? 1 : 2;
+  std::vector<double> times;
+  for (int run = 0; run < runs; ++run) {
+    const std::vector<double> t =
+        measured_step_times(self_exe, g,
                             {"--model.flavour=debug", "--parallel.dp=" + std::to_string(g),
                              "--training.batch_size=" + std::to_string(2 * kMicro * g),
                              "--training.micro_batch_size=" + std::to_string(kMicro),
                              "--training.threads=" + std::to_string(threads)},
-                            7, 3);
+                            10, 3);
+    times.insert(times.end(), t.begin(), t.end());
+  }
+  const double measured = median(times);
   ModelConfig mc;
   mc.flavour = "debug";
   Layout l;
@@ -55,19 +67,14 @@ double reference_step_scale(const HardwareProfile& p, int64_t g, int64_t threads
   // The scale stretches compute and the optimizer only (the collectives are measured
   // as a step issues them), so it is fitted to what remains of the measured step.
   const double comm = predicted.dp_exposed_s + predicted.tp_comm_s;
-  return std::max(1.0, (measured - comm) / std::max(predicted.step_s - comm, 1e-9));
+  // Below 1 too: the prediction it divides carries the measured contention, and where
+  // that came out high the reference run's own step corrects it (floored at half, which
+  // no sane run reaches, so a broken measurement cannot zero the compute).
+  return std::max(0.5, (measured - comm) / std::max(predicted.step_s - comm, 1e-9));
 }
 
-}  // namespace
-
-int run_calibrate_worker(const std::string& out, bool quick, int64_t threads) {
-  at::set_num_threads(static_cast<int>(threads));
-  keep_freed_host_memory();
-  const WorldInfo world = init_from_env();
-  Config cfg;
-  cfg.parallel.timeout_s = 120;
-  auto mesh = make_mesh(world, cfg);
-  Comm& c = mesh->comm(Axis::kWorld);
+// The fits of each collective over the ranks of `c`.
+nlohmann::json time_collectives(Comm& c, bool quick) {
   const auto g = c.size();
   const std::vector<double> sizes = quick ? std::vector<double>{4096, 1 << 20}
                                           : std::vector<double>{4096, 65536, 1 << 20, 8 << 20};
@@ -122,11 +129,24 @@ int run_calibrate_worker(const std::string& out, bool quick, int64_t threads) {
     const LinkFit f = fit_link(samples);
     fits[op] = {{"latency_s", f.latency_s}, {"bytes_per_s", f.bytes_per_s}};
   }
-  c.barrier();
+  return fits;
+}
+}  // namespace
+
+int run_calibrate_worker(const std::string& out, bool quick, int64_t threads) {
+  at::set_num_threads(static_cast<int>(threads));
+  keep_freed_host_memory();
+  const WorldInfo world = init_from_env();
+  Config cfg;
+  cfg.parallel.timeout_s = 120;
+  auto mesh = make_mesh(world, cfg);
+  Comm& all = mesh->comm(Axis::kWorld);
+  nlohmann::json fits = time_collectives(all, quick);
+  all.barrier();
   at::Tensor mix = at::full({1}, compute_mix_seconds(quick), at::kDouble);
-  c.all_reduce(mix).wait();  // the mean over the ranks
-  fits["compute_s"] = mix.item<double>() / static_cast<double>(g);
-  if (c.rank() == 0) write_file_atomic(out, fits.dump(1));
+  all.all_reduce(mix).wait();  // the mean over the ranks
+  fits["compute_s"] = mix.item<double>() / static_cast<double>(all.size());
+  if (all.rank() == 0) write_file_atomic(out, fits.dump(1));
   return 0;
 }
 
@@ -161,8 +181,11 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                 pts.front().seconds / pts.front().work * 1e9,
                 pts.back().seconds / pts.back().work * 1e9);
   std::printf("  op overhead: %.1f us per op (forward and backward)\n", p.op_overhead_s * 1e6);
-  const double alone = compute_mix_seconds(a.quick);
   for (int64_t g = 2; g <= a.nproc; ++g) {
+    // Alone just before the g ranks, and again after: this machine's speed drifts over
+    // a calibration, and a ratio of two moments apart carried it (4 ranks came out
+    // anywhere from 1.9x to 2.65x).
+    const double before = compute_mix_seconds(a.quick);
     const std::string part =
         fs::temp_directory_path() /
         ("strata-calibrate-" + std::to_string(getpid()) + "-" + std::to_string(g) + ".json");
@@ -176,6 +199,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                  " ranks failed; see the lines above");
     auto fits = nlohmann::json::parse(read_file(part));
     fs::remove(part);
+    const double alone = (before + compute_mix_seconds(a.quick)) / 2;
     p.contention[g] = std::max(1.0, fits["compute_s"].get<double>() / alone);
     std::printf("  %lld ranks at once compute %.2fx slower than one alone\n",
                 static_cast<long long>(g), p.contention[g]);
@@ -188,7 +212,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     }
   }
   for (int64_t g = 1; g <= a.nproc; ++g) {
-    p.step_scale[g] = reference_step_scale(p, g, threads, self_exe);
+    p.step_scale[g] = reference_step_scale(p, g, threads, a.quick, self_exe);
     std::printf("  reference step on %lld rank(s): compute %.2fx the kernels' sum\n",
                 static_cast<long long>(g), p.step_scale[g]);
   }

@@ -134,6 +134,17 @@ int run_estimate(const EstimateArgs& a) {
       rank0.estimate = estimate_memory(rank0.input);
     }
     out["compare"] = compare_json(rank0, measured);
+    // And the run's highest rank (Note [every rank's peak]) against the estimate's
+    // highest stage: a limit holds for every device.
+    if (measured.contains("mem_peak_max")) {
+      const double m = measured["mem_peak_max"]["bytes"].get<double>();
+      const double p = pe.estimate.peak.total();
+      out["compare"]["highest"] = {{"rank", measured["mem_peak_max"]["rank"]},
+                                   {"stage", pe.estimate.stage},
+                                   {"predicted", std::llround(p)},
+                                   {"measured", static_cast<int64_t>(m)},
+                                   {"error", m > 0 ? (p - m) / m : 0.0}};
+    }
   }
   if (a.json) {
     std::printf("%s\n", out.dump(1).c_str());
@@ -166,6 +177,15 @@ int run_estimate(const EstimateArgs& a) {
       std::printf("  %-14s %12s %12s   error %+.1f%%\n", "peak",
                   mib(c["predicted"].get<double>()).c_str(),
                   mib(c["measured"].get<double>()).c_str(), c["error"].get<double>() * 100);
+      if (c.contains("highest")) {
+        const auto& h = c["highest"];
+        std::printf(
+            "  highest rank %lld: %s MiB measured, %s MiB predicted (stage %lld), error "
+            "%+.1f%%\n",
+            static_cast<long long>(h["rank"].get<int64_t>()),
+            mib(h["measured"].get<double>()).c_str(), mib(h["predicted"].get<double>()).c_str(),
+            static_cast<long long>(h["stage"].get<int64_t>()), h["error"].get<double>() * 100);
+      }
     }
   }
   return verdict && !verdict->fits ? 1 : 0;

@@ -16,8 +16,9 @@ namespace fs = std::filesystem;
 
 namespace strata {
 
-double measured_step_seconds(const std::string& self_exe, int64_t nproc,
-                             const std::vector<std::string>& args, int64_t steps, int64_t warmup) {
+std::vector<double> measured_step_times(const std::string& self_exe, int64_t nproc,
+                                        const std::vector<std::string>& args, int64_t steps,
+                                        int64_t warmup) {
   STRATA_CHECK(steps > warmup, "a measured run needs more steps (", steps, ") than warm-up (",
                warmup, ")");
   static int serial = 0;
@@ -54,8 +55,18 @@ double measured_step_seconds(const std::string& self_exe, int64_t nproc,
   STRATA_CHECK(rc == 0, "a measured training run on ", nproc,
                " ranks failed (its errors are above); check that strata train runs with it");
   STRATA_CHECK(!times.empty(), "a measured training run on ", nproc, " ranks logged no steps");
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return times;
+}
+
+double median(std::vector<double> v) {
+  STRATA_ASSERT(!v.empty(), "the median of nothing");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double measured_step_seconds(const std::string& self_exe, int64_t nproc,
+                             const std::vector<std::string>& args, int64_t steps, int64_t warmup) {
+  return median(measured_step_times(self_exe, nproc, args, steps, warmup));
 }
 
 }  // namespace strata

@@ -6,10 +6,15 @@
 namespace strata {
 
 // Trains with `strata train` over `nproc` local ranks for `steps` steps (synthetic data
-// unless the arguments say otherwise), its log silenced, and returns the median
-// step_ms / 1e3 of the steps after `warmup`; one error line when the run fails. Used by
-// calibrate's reference run (Note [step calibration]) and plan's --run-top.
+// unless the arguments say otherwise), its log silenced, and returns step_ms / 1e3 of
+// each step after `warmup`; one error line when the run fails. Used by calibrate's
+// reference run (Note [step calibration]) and plan's --run-top.
+std::vector<double> measured_step_times(const std::string& self_exe, int64_t nproc,
+                                        const std::vector<std::string>& args, int64_t steps,
+                                        int64_t warmup);
+// The median of those.
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,
                              const std::vector<std::string>& args, int64_t steps, int64_t warmup);
+double median(std::vector<double> v);
 
 }  // namespace strata

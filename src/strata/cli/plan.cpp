@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -11,7 +12,9 @@
 #include "strata/cli/measure.h"
 #include "strata/core/config.h"
 #include "strata/core/errors.h"
+#include "strata/memory/category.h"
 #include "strata/plan/cost_model.h"
+#include "strata/plan/estimator.h"
 #include "strata/plan/layouts.h"
 #include "strata/plan/plan.h"
 #include "strata/train/data/source.h"
@@ -23,6 +26,8 @@ struct Ranked {
   Layout layout;
   StepPrediction p;
   double peak = 0;
+  ModelStateBytes states;                        // per rank, on the device
+  std::array<double, kNumCategories> at_peak{};  // each category at the predicted peak
   double measured_s = 0;  // --run-top: the median step of a short run (0: not run)
 };
 }  // namespace
@@ -58,9 +63,15 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
     l.apply(c);
     const RunPlan plan = plan_run(c, a.nproc, shape);
     spec = plan.spec;
-    const double peak = estimate_memory(estimate_input(c, plan)).peak.total();
+    // The memory of the profile's device: planning for GPUs from this machine estimates
+    // NCCL's buffers and host-side offload, not the CPU run's.
+    EstimateInput in = estimate_input(c, plan);
+    in.nccl = hw.backend == "nccl";
+    in.host_is_device = hw.device != "cuda";
+    const MemoryEstimate mem = estimate_memory(in);
+    const double peak = mem.peak.total();
     if (limit > 0 && !fit_verdict(peak, limit).fits) continue;
-    ranked.push_back({l, predict_step(plan.spec, l, o, hw), peak});
+    ranked.push_back({l, predict_step(plan.spec, l, o, hw), peak, mem.states, mem.peak.bytes});
   }
   STRATA_CHECK(!ranked.empty(), "none of the ", layouts.size(), " layouts of ", a.nproc,
                " ranks fits ", limit / (1 << 20), " MiB per device with the estimator's ",
@@ -92,12 +103,17 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
     nlohmann::json out = nlohmann::json::array();
     for (size_t i = 0; i < shown; ++i) {
       const auto& r = ranked[i];
+      nlohmann::json memory = {{"model_states", r.states.total()},
+                               {"host_optimizer", r.states.host_optimizer}};
+      for (size_t k = 0; k < kNumCategories; ++k)
+        memory[category_name(static_cast<Category>(k))] = r.at_peak[k];
       out.push_back({{"layout", r.layout.to_string()},
                      {"overrides", r.layout.overrides()},
                      {"step_s", r.p.step_s},
                      {"tokens_per_s", r.p.tokens_per_s},
                      {"mfu", r.p.mfu},
                      {"peak_bytes", r.peak},
+                     {"memory", memory},
                      {"compute_s", r.p.compute_s},
                      {"recompute_s", r.p.recompute_s},
                      {"tp_comm_s", r.p.tp_comm_s},

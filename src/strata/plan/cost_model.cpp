@@ -59,6 +59,7 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   };
   const double stream = l.sequence_parallel ? N / tp : N;  // rows of the residual stream here
   const double ops = hw.op_overhead_s;
+  auto coll = [&](const char* op, double bytes) { return hw.collective_seconds(op, l.tp, bytes); };
   PartCosts c;
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run
   // below a square multiply's rate), else its three multiplies; a third is forward.
@@ -99,10 +100,9 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   if (l.tp > 1) {
     const double bytes = N * d * elem;
     c.block_tp_comm = l.sequence_parallel
-                          ? 6 * hw.collective_seconds("all_gather", l.tp, bytes) +
-                                4 * hw.collective_seconds("reduce_scatter", l.tp, bytes) +
-                                6 * hw.collective_seconds("all_reduce", l.tp, d * 4)
-                          : 4 * hw.collective_seconds("all_reduce", l.tp, bytes);
+                          ? 6 * coll("all_gather", bytes) + 4 * coll("reduce_scatter", bytes) +
+                                6 * coll("all_reduce", d * 4)
+                          : 4 * coll("all_reduce", bytes);
   }
   // The first stage: token and position lookups (BERT: types and a norm); backward
   // writes the tables' gradients (zeroed, then rows added).
@@ -128,17 +128,15 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // loss's three small all-reduces of a value per position.
   if (l.tp > 1) {
     const double bytes = N * d * elem;
-    const double small = hw.collective_seconds("all_reduce", l.tp, d * 4);
-    c.first_tp_comm = l.sequence_parallel ? hw.collective_seconds("reduce_scatter", l.tp, bytes) +
-                                                hw.collective_seconds("all_gather", l.tp, bytes) +
-                                                small * (bert ? 3 : 1)
-                                          : hw.collective_seconds("all_reduce", l.tp, bytes);
+    const double small = coll("all_reduce", d * 4);
+    c.first_tp_comm = l.sequence_parallel ? coll("reduce_scatter", bytes) +
+                                                coll("all_gather", bytes) + small * (bert ? 3 : 1)
+                                          : coll("all_reduce", bytes);
     c.last_tp_comm =
         (l.sequence_parallel
-             ? hw.collective_seconds("all_gather", l.tp, bytes) +
-                   hw.collective_seconds("reduce_scatter", l.tp, bytes) + small * (bert ? 4 : 2)
-             : hw.collective_seconds("all_reduce", l.tp, bytes)) +
-        3 * hw.collective_seconds("all_reduce", l.tp, N * 4);
+             ? coll("all_gather", bytes) + coll("reduce_scatter", bytes) + small * (bert ? 4 : 2)
+             : coll("all_reduce", bytes)) +
+        3 * coll("all_reduce", N * 4);
   }
   return c;
 }
@@ -219,20 +217,20 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   constexpr double kWaitingLoad = 0.5;
   // What the kernels leave out of compute, measured on a reference run (Note [step
   // calibration]): the trainer's own work stretches compute, not the collectives (those
-  // are calibrated inside a step already).
-  const double scale = hw.step_scale_for(l.dp * l.tp * l.pp);
-  double share = hw.device == "cpu" ? hw.compute_share(world) : 1.0;
+  // are calibrated inside a step already). On a CPU, with the contention, as one
+  // slowdown of the ranks computing.
+  const bool cpu = hw.device == "cpu";
+  double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.dp * l.tp * l.pp);
   Simulation sim;
-  for (int round = 0; round < (hw.device == "cpu" && l.pp > 1 ? 4 : 1); ++round) {
+  for (int round = 0; round < (cpu && l.pp > 1 ? 4 : 1); ++round) {
     for (size_t v = 0; v < fwd.size(); ++v)
-      fwd[v] = scale * share * fwd1[v], bwd[v] = scale * share * bwd1[v],
-      rec[v] = scale * share * rec1[v];
+      fwd[v] = slowdown * fwd1[v], bwd[v] = slowdown * bwd1[v], rec[v] = slowdown * rec1[v];
     sim = simulate_schedule(schedule, cost);
     STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
     double busy = 0;
     for (const double b : sim.busy) busy += b;
     const double active = world * busy / (static_cast<double>(l.pp) * sim.step_time);
-    share = hw.compute_share(std::max(1.0, active + kWaitingLoad * (world - active)));
+    if (cpu) slowdown = hw.compute_slowdown(active + kWaitingLoad * (world - active));
   }
 
   StepPrediction p;
@@ -256,23 +254,33 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   auto hidden = [&](double comm, double behind) {
     return std::max(comm - o.overlap * behind, (1 - o.overlap) * comm);
   };
+  // A dp group spans dp x tp ranks (Note [rank grid]).
+  auto dp_coll = [&](const char* op, double bytes) {
+    return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp);
+  };
   if (l.dp > 1) {
     if (l.zero == 0) {
-      p.dp_exposed_s =
-          hidden(hw.collective_seconds("all_reduce", l.dp, grad_bytes, l.dp * l.tp), last_backward);
+      p.dp_exposed_s = hidden(dp_coll("all_reduce", grad_bytes), last_backward);
     } else if (l.zero <= 2) {
-      const double rs = hw.collective_seconds("reduce_scatter", l.dp, grad_bytes, l.dp * l.tp);
+      const double rs = dp_coll("reduce_scatter", grad_bytes);
       const double per_step = l.zero == 2 ? static_cast<double>(m) * rs : rs;
       p.dp_exposed_s = hidden(per_step, static_cast<double>(m) * last_backward) +
-                       hw.collective_seconds("all_gather", l.dp, params * elem, l.dp * l.tp);
+                       dp_coll("all_gather", params * elem);
     } else {
-      // ZeRO-3: per block and micro-batch, gathers in forward and backward and a
-      // reduce-scatter, behind the block's compute by prefetch.
+      // ZeRO-3: per block and micro-batch, gathers in forward and backward (a
+      // recomputed forward's gather serves its backward) and a reduce-scatter, behind
+      // the block's compute by prefetch; and the root unit (embeddings, norms, head:
+      // on a pipeline, the end stage's) gathered before each micro-batch's forward and
+      // reduced after its backward (Note [ZeRO]).
       const double unit = static_cast<double>(pc.per_block) * elem;
-      const double per_block = 2 * hw.collective_seconds("all_gather", l.dp, unit, l.dp * l.tp) +
-                               hw.collective_seconds("reduce_scatter", l.dp, unit, l.dp * l.tp);
-      const double comm = static_cast<double>(m) * static_cast<double>(s.n_layer) /
-                          static_cast<double>(l.pp) * per_block;
+      const double per_block = 2 * dp_coll("all_gather", unit) + dp_coll("reduce_scatter", unit);
+      const double root =
+          static_cast<double>(l.pp > 1 ? std::max(pc.first_stage, pc.last_stage + pc.tied_copy)
+                                       : pc.outside_blocks) *
+          elem;
+      const double comm = static_cast<double>(m) *
+                          (static_cast<double>(s.n_layer) / static_cast<double>(l.pp) * per_block +
+                           dp_coll("all_gather", root) + dp_coll("reduce_scatter", root));
       p.dp_exposed_s = hidden(comm, p.compute_s);
     }
   }
@@ -280,10 +288,10 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // AdamW's update (the profile's kernel, else its traffic: parameter, gradient and two
   // moments read, three written, plus the half copy with master weights), the gradient
   // norm's read and the gradients' zeroing.
-  p.optimizer_s = scale * share *
-                  (hw.kernel_seconds("adamw", shard,
-                                     elementwise_seconds(hw, shard * (28 + (prec.half ? 4 : 0)))) +
-                   elementwise_seconds(hw, params * elem * 2));
+  p.optimizer_s =
+      slowdown * (hw.kernel_seconds("adamw", shard,
+                                    elementwise_seconds(hw, shard * (28 + (prec.half ? 4 : 0)))) +
+                  elementwise_seconds(hw, params * elem * 2));
   if (l.offload && hw.host_to_device_bytes_per_s > 0)
     p.offload_s =
         shard * elem / hw.device_to_host_bytes_per_s + shard * elem / hw.host_to_device_bytes_per_s;

@@ -270,6 +270,12 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       rank_params, rank_trainable,
       StateLayout{p_bytes, half && in.master_weights, in.zero, in.dp, in.offload});
   e.host_bytes = e.states.host_optimizer;
+  // Note [pipeline tied gradients under ZeRO]: on a pipeline, stage 2 keeps the root
+  // unit's full gradients over the micro-steps (their reduction waits for the tied
+  // embedding's exchange), not a shard of them.
+  if (in.pp > 1 && in.zero == 2 && in.dp > 1)
+    e.states.gradients += (outside - frozen) * static_cast<double>(p_bytes) *
+                          (1.0 - 1.0 / static_cast<double>(in.dp));
 
   ActivationOptions ao;
   ao.micro_batch = in.micro_batch;
@@ -384,6 +390,11 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       // Stage 3: the blocks are freed; the last one's gather for backward starts.
       if (stage3) r.level[kComm] = pipe_comm + zu.root + staging * am.blocks.back().weights;
       if (last) {
+        // The head's saved tensors (the logits) stay with their micro-batch until its
+        // backward: on a last stage that runs several forwards first (GPipe) each one
+        // in flight holds them too.
+        if (in_flight > 1)
+          per_micro = std::max(per_micro, r.level[kActs] - in_flight_before - am.batch + am.head);
         r.level[kActs] += am.head;
         r.mark(mb + ".loss");
         r.mark("head.backward (peak)", am.head_backward);

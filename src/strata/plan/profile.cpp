@@ -62,6 +62,14 @@ double HardwareProfile::step_scale_for(int64_t ranks) const {
   return it == step_scale.begin() ? 1.0 : std::prev(it)->second;
 }
 
+double HardwareProfile::compute_slowdown(double ranks) const {
+  auto at = [&](int64_t g) { return compute_share(static_cast<double>(g)) * step_scale_for(g); };
+  ranks = std::max(1.0, ranks);
+  const auto lo = static_cast<int64_t>(std::floor(ranks));
+  const double frac = ranks - static_cast<double>(lo);
+  return frac == 0 ? at(lo) : at(lo) + (at(lo + 1) - at(lo)) * frac;
+}
+
 double HardwareProfile::peak_flops(const std::string& dtype) const {
   auto it = gemm.find(dtype);
   double best = 0;
@@ -121,13 +129,12 @@ nlohmann::json profile_json(const HardwareProfile& p) {
       curves_json(p.gemm, "flops", [](const GemmPoint& pt) { return pt.flops; });
   const nlohmann::json kernels =
       curves_json(p.kernels, "work", [](const KernelPoint& pt) { return pt.work; });
-  nlohmann::json coll = nlohmann::json::object();
-  for (const auto& [op, fits] : p.collectives)
-    for (const auto& [g, f] : fits)
-      coll[op][std::to_string(g)] = {{"latency_s", f.latency_s}, {"bytes_per_s", f.bytes_per_s}};
   auto link = [](const LinkFit& f) {
     return nlohmann::json{{"latency_s", f.latency_s}, {"bytes_per_s", f.bytes_per_s}};
   };
+  nlohmann::json coll = nlohmann::json::object();
+  for (const auto& [op, fits] : p.collectives)
+    for (const auto& [g, f] : fits) coll[op][std::to_string(g)] = link(f);
   return {{"format", 1},
           {"name", p.name},
           {"device", p.device},
@@ -186,14 +193,35 @@ void read_curves(const nlohmann::json& j, const char* key, const char* size,
     for (const auto& [x, q] : sized) curve.push_back(q);
   }
 }
-// A map of rank count -> slowdown (>= 1), by_ranks_json's.
-void read_slowdowns(const nlohmann::json& j, const char* key, const std::string& where,
-                    std::map<int64_t, double>& out) {
+int64_t rank_count(const std::string& key, const std::string& where) {
+  char* end = nullptr;
+  const long long g = std::strtoll(key.c_str(), &end, 10);
+  STRATA_CHECK(end && *end == 0 && g >= 1, where, ": '", key, "' is not a rank count");
+  return g;
+}
+// A map of rank count -> factor (at least `least`), by_ranks_json's.
+void read_factors(const nlohmann::json& j, const char* key, double least, const std::string& where,
+                  std::map<int64_t, double>& out) {
   if (!j.contains(key)) return;
   for (const auto& [g, x] : j[key].items()) {
-    STRATA_CHECK(x.is_number() && x.get<double>() >= 1, where, ": ", key, ".", g,
-                 " must be a number >= 1 (a slowdown)");
-    out[std::stoll(g)] = x.get<double>();
+    STRATA_CHECK(x.is_number() && x.get<double>() >= least, where, ": ", key, ".", g,
+                 " must be a number >= ", least);
+    out[rank_count(g, where)] = x.get<double>();
+  }
+}
+// op -> group size -> {latency_s, bytes_per_s}, profile_json's.
+void read_fits(const nlohmann::json& j, const char* key, const std::string& where,
+               std::map<std::string, std::map<int64_t, LinkFit>>& out) {
+  if (!j.contains(key)) return;
+  STRATA_CHECK(j[key].is_object(), where, ": ", key, " must map ops to group sizes");
+  for (const auto& [op, fits] : j[key].items()) {
+    STRATA_CHECK(fits.is_object(), where, ": ", key, ".", op, " must map group sizes to fits");
+    for (const auto& [g, f] : fits.items()) {
+      const LinkFit fit = link_from(f, where);
+      STRATA_CHECK(fit.bytes_per_s > 0, where, ": ", key, ".", op, ".", g,
+                   " needs bytes_per_s > 0");
+      out[op][rank_count(g, where)] = fit;
+    }
   }
 }
 }  // namespace
@@ -216,16 +244,10 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
     return KernelPoint{x, t};
   });
   p.op_overhead_s = positive(j, "op_overhead_s", where, false);
-  read_slowdowns(j, "contention", where, p.contention);
-  read_slowdowns(j, "step_scale", where, p.step_scale);
-  if (j.contains("collectives"))
-    for (const auto& [op, fits] : j["collectives"].items())
-      for (const auto& [g, f] : fits.items()) {
-        const LinkFit fit = link_from(f, where);
-        STRATA_CHECK(fit.bytes_per_s > 0, where, ": collectives.", op, ".", g,
-                     " needs bytes_per_s > 0");
-        p.collectives[op][std::stoll(g)] = fit;
-      }
+  read_factors(j, "contention", 1.0, where, p.contention);  // a slowdown
+  read_factors(j, "step_scale", 0.5, where,
+               p.step_scale);  // calibrate's floor (Note [step calibration])
+  read_fits(j, "collectives", where, p.collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);
   p.inter_node = link_from(j.value("inter_node", nlohmann::json()), where);
   p.host_to_device_bytes_per_s = positive(j, "host_to_device_bytes_per_s", where, false);

@@ -70,6 +70,11 @@ struct HardwareProfile {
   double compute_share(double ranks) const;
   // The step scale for `ranks` ranks: the nearest measured size below, 1 when none.
   double step_scale_for(int64_t ranks) const;
+  // CPU profiles: what stretches each rank's compute with `ranks` ranks computing (a
+  // fraction when some wait), the trainer's own work included: the contention times
+  // the step scale at each whole number of ranks, linear between them (Note [step
+  // calibration]: the product is what a reference run measures, steadier than either).
+  double compute_slowdown(double ranks) const;
   // The highest measured rate (FLOP/s), the peak MFU is reported against.
   double peak_flops(const std::string& dtype) const;
   // Seconds of one collective over `group` ranks on `bytes` per rank: the measured fit

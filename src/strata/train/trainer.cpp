@@ -427,6 +427,21 @@ void Trainer::write_timeline(int64_t step, const std::vector<TimelineSample>& sa
   }
 }
 
+Trainer::RankPeak Trainer::highest_peak(int64_t mine) {
+  // Note [every rank's peak]: the log is rank 0's, but ranks differ (the first and last
+  // pipeline stages, ZeRO's uneven shards, the vocabulary slice), and a memory limit
+  // holds for each device: the step's highest tracked peak over the world and its rank
+  // go into the record beside rank 0's own.
+  Comm& world = mesh_->comm(Axis::kWorld);
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device_);
+  at::Tensor local = at::full({1}, mine, opts);
+  at::Tensor all = at::empty({world.size()}, opts);
+  world.all_gather(all, local).wait();
+  const at::Tensor peaks = all.cpu();
+  const int64_t rank = peaks.argmax().item<int64_t>();
+  return {peaks[rank].item<int64_t>(), rank};
+}
+
 TrainSummary Trainer::run() {
   install_stop_handlers();
   print_startup();
@@ -482,6 +497,7 @@ TrainSummary Trainer::run() {
     // After the step's figures: the gather is not part of the step.
     const StepTimeline timeline_all =
         gather_step_timeline(mesh_->comm(Axis::kPp), step_timeline_, schedule_ms_ / 1e3);
+    const RankPeak highest = highest_peak(mem.total_peak);
     CommStats::get().take();
     if (log && step + 1 == cfg_.logging.trace_step)
       write_file_atomic(cfg_.logging.run_dir + "/trace.json",
@@ -511,6 +527,7 @@ TrainSummary Trainer::run() {
         {"mem_current", category_json(mem.current)},
         {"mem_peak", category_json(mem.peak)},
         {"mem_peak_total", mem.total_peak},
+        {"mem_peak_max", {{"bytes", highest.bytes}, {"rank", highest.rank}}},
         {"mem_at_peak", category_json(mem.at_total_peak)},
         {"rss", {{"peak", rss_peak_bytes()}, {"current", rss_bytes()}, {"base", rss_base_}}}};
     if (mesh_->dims().pp() > 1) rec["pp"] = step_timeline_json(timeline_all, pipeline_);

@@ -69,6 +69,11 @@ class Trainer {
   // The stop signal any rank received (Note [graceful stop]), agreed over all ranks.
   int agreed_stop_signal();
   double average_over_dp(double v);
+  // The step's highest tracked peak over all ranks, and whose (Note [every rank's peak]).
+  struct RankPeak {
+    int64_t bytes = 0, rank = 0;
+  };
+  RankPeak highest_peak(int64_t mine);
   double from_last_stage(double v);  // the last pipeline stage's value, on every rank
   std::vector<int64_t> stage_activation_shape() const;  // what one stage sends the next
   double forward_only(const Batch& batch);              // one micro-batch's loss (the last stage's)
