@@ -397,7 +397,11 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
           per_micro = std::max(per_micro, r.level[kActs] - in_flight_before - am.batch + am.head);
         r.level[kActs] += am.head;
         r.mark(mb + ".loss");
-        r.mark("head.backward (peak)", am.head_backward);
+        // ZeRO-2 on a pipeline defers the root's reduction (Note [pipeline tied
+        // gradients under ZeRO]): the tied head's weight gradient is a tensor of its own
+        // through the head's backward, not added in place.
+        const double deferred = in.pp > 1 && in.zero == 2 ? am.tied_gradient : 0.0;
+        r.mark("head.backward (peak)", am.head_backward + deferred);
         r.level[kActs] += -am.head + (am.block_keeps_output ? am.blocks.back().out : 0.0);
       }
       // Without a persistent .grad (DDP clears it, ZeRO-2/3 hands it to a reduction)
