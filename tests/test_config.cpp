@@ -4,6 +4,7 @@
 
 #include "strata/core/config.h"
 #include "strata/core/errors.h"
+#include "strata/core/stats.h"
 #include "test_util.h"
 
 using namespace strata;
@@ -69,4 +70,11 @@ TEST(Config, ValidationNamesTheFix) {
   EXPECT_THROW(validate_config(c), Error);
   c = Config{};
   EXPECT_NO_THROW(validate_config(c));
+}
+
+TEST(Stats, MedianTakesTheMiddleAndSaysWhatEmptyIs) {
+  EXPECT_EQ(median({3, 1, 2}), 2);
+  EXPECT_EQ(median({4, 1, 3, 2}), 3) << "the upper middle of an even count";
+  EXPECT_EQ(median({}, 0), 0);
+  EXPECT_TRUE(std::isnan(median({})));
 }

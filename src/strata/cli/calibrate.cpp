@@ -15,6 +15,7 @@
 #include "strata/cli/measure.h"
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
+#include "strata/core/stats.h"
 #include "strata/distributed/launcher.h"
 #include "strata/memory/process_memory.h"
 #include "strata/models/flavours.h"
@@ -121,8 +122,7 @@ nlohmann::json time_collectives(Comm& c, bool quick) {
         t.push_back(std::chrono::duration<double>(CalibrateClock::now() - t0).count() / reps -
                     work_s);
       }
-      std::sort(t.begin(), t.end());
-      at::Tensor slowest = at::full({1}, std::max(t[t.size() / 2], 1e-6), at::kDouble);
+      at::Tensor slowest = at::full({1}, std::max(median(t), 1e-6), at::kDouble);
       c.all_reduce(slowest, c10d::ReduceOp::MAX).wait();
       samples.push_back({static_cast<double>(n * 4), slowest.item<double>()});
     }

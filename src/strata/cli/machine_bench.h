@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/stats.h"
 #include "strata/plan/profile.h"
 
 namespace strata {
@@ -31,8 +32,7 @@ double median_seconds(Fn fn, int min_reps, double budget_s) {
     fn();
     t.push_back(std::chrono::duration<double>(CalibrateClock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 std::vector<GemmPoint> gemm_curve(at::ScalarType dtype, int64_t largest, bool quick);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strata/core/errors.h"
+#include "strata/core/stats.h"
 #include "strata/distributed/launcher.h"
 #include "strata/report/run_record.h"
 
@@ -56,12 +57,6 @@ std::vector<double> measured_step_times(const std::string& self_exe, int64_t npr
                " ranks failed (its errors are above); check that strata train runs with it");
   STRATA_CHECK(!times.empty(), "a measured training run on ", nproc, " ranks logged no steps");
   return times;
-}
-
-double median(std::vector<double> v) {
-  STRATA_ASSERT(!v.empty(), "the median of nothing");
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,

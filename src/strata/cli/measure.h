@@ -15,6 +15,5 @@ std::vector<double> measured_step_times(const std::string& self_exe, int64_t npr
 // The median of those.
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,
                              const std::vector<std::string>& args, int64_t steps, int64_t warmup);
-double median(std::vector<double> v);
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
+#include "strata/core/stats.h"
 #include "strata/parallel/pipeline/simulate.h"
 #include "strata/report/estimate_json.h"
 #include "strata/report/svg.h"
@@ -284,10 +285,6 @@ std::string summary_cards(const RunRecord& run, const std::optional<PlannedEstim
     step_ms.push_back(number(run.metrics[i], "step_ms"));
     tps.push_back(number(run.metrics[i], "tokens_per_s"));
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? NAN : v[v.size() / 2];
-  };
   const auto& last = run.metrics.back();
   const double measured = number(run.peak_step(), "mem_peak_total");
   std::ostringstream os;

@@ -6,19 +6,12 @@
 #include <vector>
 
 #include "strata/core/errors.h"
+#include "strata/core/stats.h"
 #include "strata/plan/layouts.h"
 #include "strata/plan/profile.h"
 #include "strata/report/svg.h"
 
 namespace strata {
-
-namespace {
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
 
 StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate& est,
                                      const std::string& profile_path) {
@@ -35,8 +28,8 @@ StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate
       for (const auto& [axis, a] : m["comm_axes"].items())
         if (axis != "world") comm[axis].push_back(a.value("ms", 0.0));
   }
-  c.step_ms = median_of(step), c.fwd_bwd_ms = median_of(fb), c.optim_ms = median_of(optim);
-  for (auto& [axis, v] : comm) c.comm_ms[axis] = median_of(v);
+  c.step_ms = median(step, 0), c.fwd_bwd_ms = median(fb, 0), c.optim_ms = median(optim, 0);
+  for (auto& [axis, v] : comm) c.comm_ms[axis] = median(v, 0);
 
   const ModelSpec& spec = est.plan.spec;
   if (!is_language_model(spec.family)) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "strata/core/errors.h"
+#include "strata/core/stats.h"
 #include "strata/models/build.h"
 
 namespace strata {
@@ -45,11 +46,6 @@ class TimedPart {
   Batch batch_;
   std::vector<int64_t> x_shape_;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 }  // namespace
 
 StageCosts profile_stage_costs(const ModelSpec& spec, int64_t micro_batch, at::Device device,
