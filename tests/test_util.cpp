@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <system_error>
+#include <vector>
 
 #include "strata/train/checkpoint.h"
 
@@ -59,11 +61,39 @@ std::string train_ok(const std::string& name, const std::string& args, double li
   return dir;
 }
 
+// Note [test directories]
+// Every test process makes its run directories under the temp area, named by its pid.
+// They are removed when the process's tests end, unless one failed: a failed run's
+// files are what one reads to see why. Before this they stayed, up to 270 MB a test,
+// until 69 GB of them filled the disk and a build could not write its objects.
+namespace {
+class TempDirs : public ::testing::Environment {
+ public:
+  void add(const std::filesystem::path& dir) { dirs_.push_back(dir); }
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Passed()) {
+      for (const auto& d : dirs_) std::fprintf(stderr, "kept for a failed test: %s\n", d.c_str());
+      return;
+    }
+    // A child a test left behind may still be writing: what cannot be removed stays.
+    std::error_code ignored;
+    for (const auto& d : dirs_) std::filesystem::remove_all(d, ignored);
+  }
+
+ private:
+  std::vector<std::filesystem::path> dirs_;
+};
+// gtest owns (and deletes) the registered environment.
+TempDirs* const temp_dirs =
+    static_cast<TempDirs*>(::testing::AddGlobalTestEnvironment(new TempDirs));
+}  // namespace
+
 std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("strata-test-" + std::to_string(getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  temp_dirs->add(dir);
   return dir.string();
 }
 
