@@ -104,6 +104,39 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
               1e-9);
 }
 
+TEST(CostModel, DropoutPaysForItsMasks) {
+  // Note [dropout costs]: without measured kernels each mask is its traffic (fp32: read
+  // and write forward and backward, the mask's byte twice: 18 bytes an element) over
+  // the stream twice a block and once after the embedding, and over each head's (T, T)
+  // probabilities; with the profile's kernels, theirs.
+  ModelSpec s = gpt(4, 1000);
+  HardwareProfile hw = flat(1e9, 1e10);
+  const Layout l = layout(1, 1, 1, 2, "1f1b");
+  const CostOptions o{"fp32", 8, 0.5};  // 4 micro-batches of 2
+  const double plain = predict_step(s, l, o, hw).step_s;
+  s.dropout = 0.1;
+  const double stream = 2.0 * 128 * 256, probs = 2.0 * 4 * 128 * 128;  // elements
+  EXPECT_NEAR(predict_step(s, l, o, hw).step_s - plain, 4 * (9 * stream + 4 * probs) * 18 / 1e10,
+              1e-9);
+  // Measured: a mask at 2 ns an element, and attention three times its fused cost when
+  // written out; dropout switches a CPU from the fused kernel to the written-out one.
+  hw.kernels["dropout/fp32"] = {{1, 2e-9}, {1e9, 2.0}};
+  hw.kernels["attention/fp32"] = {{1, 1e-12}, {1e15, 1e3}};  // 1 TFLOP/s
+  hw.kernels["attention_dropout/fp32"] = {{1, 3e-12}, {1e15, 3e3}};
+  const double attention = 2.0 * 4 * 12 * 128 * 128 * 64 / 1e12;  // per block, fused
+  s.dropout = 0;
+  const double fused = predict_step(s, l, o, hw).step_s;
+  s.dropout = 0.1;
+  EXPECT_NEAR(predict_step(s, l, o, hw).step_s - fused, 4 * (9 * stream * 2e-9 + 4 * 2 * attention),
+              1e-9);
+  // A GPU's fused kernel draws its masks itself: only the stream's dropouts are added.
+  hw.device = "cuda";
+  s.dropout = 0;
+  const double gpu = predict_step(s, l, o, hw).step_s;
+  s.dropout = 0.1;
+  EXPECT_NEAR(predict_step(s, l, o, hw).step_s - gpu, 4 * 9 * stream * 2e-9, 1e-9);
+}
+
 TEST(CostModel, SlowerLinksPushAwayFromTensorParallel) {
   // The same 4 ranks as tp=4 or as a pipeline of 4 (1F1B, 8 micro-batches), element-wise
   // work nearly free: on fast links tp wins (no bubble), on links 1000x slower with
@@ -163,6 +196,9 @@ double megatron_tflops(const ModelSpec& s, int64_t batch, double step_s, int64_t
 ModelSpec gpt3(int64_t layers, int64_t heads, int64_t d) {
   ModelSpec s = gpt(layers, 51200);
   s.n_head = heads, s.d_model = d, s.seq_len = 2048, s.vocab_multiple = 128;
+  // Megatron-LM's GPT-3 scripts set no dropout, so its defaults held: 0.1 on the
+  // attention probabilities and the hidden states.
+  s.dropout = 0.1;
   return s;
 }
 }  // namespace
@@ -170,9 +206,9 @@ ModelSpec gpt3(int64_t layers, int64_t heads, int64_t d) {
 TEST(CostModel, MegatronsPublishedLayoutsOnTheA100Datasheet) {
   // Narayanan et al. 2021 trained on A100s at t=8 with full recompute and micro-batch 1:
   // GPT-3 175B on 1024 GPUs (p=16, batch 1536) at 138 TFLOP/s per GPU and the 1T model on
-  // 3072 (p=64, batch 3072) at 163. The datasheet profile predicts 159.7 (+15.7%) and
-  // 183.4 (+12.5%): this holds them within 20% (the issue asks 15%; the closing note says
-  // where the rest is) and faster at the larger model, as published.
+  // 3072 (p=64, batch 3072) at 163. The datasheet profile predicts 154.3 (+11.8%) and
+  // 180.1 (+10.5%), within 15%, and faster at the larger model, as published. (Without
+  // the dropout's masks it predicted 159.7 and 183.4: Note [dropout costs].)
   const HardwareProfile a100 =
       load_profile(strata::test::source_dir() + "/profiles/a100-80gb.json");
   auto predict = [&](const ModelSpec& s, int64_t gpus, int64_t pp, int64_t batch) {
@@ -182,7 +218,7 @@ TEST(CostModel, MegatronsPublishedLayoutsOnTheA100Datasheet) {
   };
   const double t175 = predict(gpt3(96, 96, 12288), 1024, 16, 1536);
   const double t1t = predict(gpt3(128, 160, 25600), 3072, 64, 3072);
-  EXPECT_NEAR(t175 / 138.0, 1.0, 0.20) << t175;
-  EXPECT_NEAR(t1t / 163.0, 1.0, 0.20) << t1t;
+  EXPECT_NEAR(t175 / 138.0, 1.0, 0.15) << t175;
+  EXPECT_NEAR(t1t / 163.0, 1.0, 0.15) << t1t;
   EXPECT_GT(t1t, t175);
 }

@@ -1,5 +1,7 @@
 #include "strata/cli/machine_bench.h"
 
+#include "strata/models/dropout.h"
+#include "strata/models/transformer.h"
 #include "strata/optim/adamw.h"
 
 namespace strata {
@@ -69,6 +71,13 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
           {static_cast<double>(h.numel()),
            fwd_bwd_seconds(
                h, [&](const at::Tensor& v) { return at::gelu(v).sum(); }, quick)});
+      // The residual stream's dropout (the model's own, Note [counter-based dropout]):
+      // its hash per element is compute, not traffic.
+      out[std::string("dropout/") + name].push_back(
+          {static_cast<double>(x.numel()),
+           fwd_bwd_seconds(
+               x, [&](const at::Tensor& v) { return counter_dropout(v, 0.1, true).sum(); },
+               quick)});
     }
     // Causal attention over (1, 4 heads, T, 32) for growing T, per head; work counts
     // forward's 4 T^2 d and backward's 8 T^2 d FLOPs (the full square, as the cost
@@ -86,6 +95,13 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
           quick);
       out[std::string("attention/") + name].push_back(
           {12 * static_cast<double>(t * t) * 32, s / 4});
+      // With dropout the model writes attention out (scores, softmax, the
+      // probabilities' dropout, x V): its own core, timed the same way.
+      SelfAttention dropped(BlockShape{128, 4, 0.1, true});
+      const double sd = fwd_bwd_seconds(
+          q, [&](const at::Tensor& x) { return dropped.core(x, k, v).sum(); }, quick);
+      out[std::string("attention_dropout/") + name].push_back(
+          {12 * static_cast<double>(t * t) * 32, sd / 4});
     }
     // A linear layer (tokens x d) -> 4d with its bias, forward and backward (input,
     // weight and bias gradients): thin transformer shapes run well below a square

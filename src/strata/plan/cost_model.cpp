@@ -33,12 +33,13 @@ Precision precision_of(const CostOptions& o, const HardwareProfile& hw) {
 // pays the profile's op_overhead_s, which is what makes one-sequence micro-batches and
 // thin tensor-parallel slices cost more than their FLOPs on a CPU. Views count: they
 // are ops with autograd nodes too.
-constexpr double kBlockOps = 30;     // norms, linears as matmul + view, q/k/v views, sdpa, adds
-constexpr double kTpBlockOps = 6;    // the regions' copies and reductions, and their views
-constexpr double kGptHeadOps = 10;   // final norm, tied head matmul, views, cross-entropy
-constexpr double kBertHeadOps = 16;  // + the MLM transform's dense, GELU and norm
-constexpr double kTpHeadOps = 10;    // vocab-parallel loss: max, sum, target pick, masks
-constexpr double kEmbedOps = 6;      // lookups, positions, add (BERT: + types and a norm)
+constexpr double kBlockOps = 30;        // norms, linears as matmul + view, q/k/v views, sdpa, adds
+constexpr double kTpBlockOps = 6;       // the regions' copies and reductions, and their views
+constexpr double kGptHeadOps = 10;      // final norm, tied head matmul, views, cross-entropy
+constexpr double kBertHeadOps = 16;     // + the MLM transform's dense, GELU and norm
+constexpr double kTpHeadOps = 10;       // vocab-parallel loss: max, sum, target pick, masks
+constexpr double kEmbedOps = 6;         // lookups, positions, add (BERT: + types and a norm)
+constexpr double kDropoutBlockOps = 2;  // the stream's two dropouts
 }  // namespace
 
 PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& o,
@@ -70,24 +71,41 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // input features).
   const double linears = linear(N, d, 3 * d / tp) + linear(N, d / tp, d) +
                          linear(N, d, 4 * d / tp) + linear(N, 4 * d / tp, d);
-  // Attention's fused kernel, per (sequence, head) of this rank's. Without a measured
-  // kernel it is priced unfused: the products as GEMMs and the (T, T) scores' traffic
-  // (written, masked and soft-maxed forward; read and written again backward: about 14
-  // passes).
+  // Note [dropout costs]: dropout is element-wise work the FLOPs leave out: a mask per
+  // element of the residual stream twice a block and once after the embedding, and of
+  // the attention probabilities. On a CPU the model's counter-based masks hash every
+  // element (compute, not traffic: the profile's "dropout" kernel), and with dropout
+  // attention is written out (scores, softmax, dropout, x V; the profile's
+  // "attention_dropout", the model's own core timed). Without a measured kernel a mask
+  // costs its traffic: read and write forward and backward, and the mask's byte twice.
+  const bool dropout = s.dropout > 0;
+  const double mask_bytes = 4 * elem + 2;
+  // Attention per (sequence, head) of this rank's: the fused kernel, or with dropout on
+  // a CPU the written-out core. Without a measured kernel it is priced unfused: the
+  // products as GEMMs and the (T, T) scores' traffic (written, masked and soft-maxed
+  // forward; read and written again backward: about 14 passes), and the mask's.
+  const double written_out =
+      3 * 2 * mm(T, dh, T) +
+      elementwise_seconds(hw, T * T * (elem * 14 + (dropout ? mask_bytes : 0)));
+  const std::string attention_kernel =
+      dropout && hw.device == "cpu" ? "attention_dropout/" : "attention/";
   const double attention =
-      mb * heads *
-      hw.kernel_seconds("attention/" + dtype, 12 * T * T * dh,
-                        3 * 2 * mm(T, dh, T) + elementwise_seconds(hw, T * T * elem * 14));
+      mb * heads * hw.kernel_seconds(attention_kernel + dtype, 12 * T * T * dh, written_out);
+  // Forward and backward of one dropout over n elements (about even halves).
+  auto drop = [&](double n) { return dropout ? kernel("dropout", n, n * mask_bytes) : 0.0; };
   // Two norms on the stream, GELU on this rank's 4d/tp, and plain element-wise work:
   // two residual adds and the heads' transpose copy (forward; backward half again).
   const double stream_norm = kernel("layer_norm", stream * d, stream * d * elem * 5);
   const double norms = 2 * stream_norm;
   const double gelu = kernel("gelu", N * 4 * d / tp, N * 4 * d / tp * elem * 5);
   const double plain = elementwise_seconds(hw, (stream * d * 6 + N * d / tp * 2) * elem);
-  const double block_ops = ops * (kBlockOps + (l.tp > 1 ? kTpBlockOps : 0));
+  const double block_ops =
+      ops * (kBlockOps + (l.tp > 1 ? kTpBlockOps : 0) + (dropout ? kDropoutBlockOps : 0));
   const double fb_kernels = attention + norms + gelu;  // forward + backward together
-  c.block_forward = linears + fb_kernels / 3 + plain + block_ops / 2;
-  c.block_backward = 2 * linears + 2 * fb_kernels / 3 + 1.5 * plain + block_ops / 2;
+  const double stream_drops = 2 * drop(stream * d);
+  c.block_forward = linears + fb_kernels / 3 + stream_drops / 2 + plain + block_ops / 2;
+  c.block_backward =
+      2 * linears + 2 * fb_kernels / 3 + stream_drops / 2 + 1.5 * plain + block_ops / 2;
   if (l.recompute == "full") c.block_recompute = c.block_forward;
   if (l.recompute == "selective") c.block_recompute = attention / 3 + ops * 2;
   // Tensor parallel, per block: two all-reduces of the activations in forward and two
@@ -109,9 +127,11 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   const double V = static_cast<double>(s.padded_vocab(l.tp)) / tp;
   const double embed_bytes = N * d * elem * (bert ? 5 : 3);
   const double embed_norm = bert ? stream_norm : 0;
-  c.first_forward = elementwise_seconds(hw, embed_bytes) + ops * kEmbedOps / 2 + embed_norm / 3;
+  const double embed_drop = drop(stream * d);
+  c.first_forward =
+      elementwise_seconds(hw, embed_bytes) + ops * kEmbedOps / 2 + embed_norm / 3 + embed_drop / 2;
   c.first_backward = elementwise_seconds(hw, embed_bytes + (V + T) * d * 4 * 2) +
-                     ops * kEmbedOps / 2 + 2 * embed_norm / 3;
+                     ops * kEmbedOps / 2 + 2 * embed_norm / 3 + embed_drop / 2;
   // The last stage: final norm (BERT: the MLM transform's dense, GELU and norm), the
   // vocabulary GEMM and the fp32 cross-entropy over this rank's vocabulary slice.
   const double head_mm = linear(N, d, V) + (bert ? linear(N, d, d) : 0);
