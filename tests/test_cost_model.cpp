@@ -181,6 +181,16 @@ TEST(CostModel, MeasuredContentionAndStepScaleStretchTheStep) {
   const StepPrediction free = predict_step(s, layout(1, 1, 4, 1, "gpipe"), o, hw);
   EXPECT_GT(pipe.compute_s, 1.5 * free.compute_s);
   EXPECT_LT(pipe.compute_s, 3.0 * free.compute_s) << "the bubble's idle ranks free cores";
+  // One micro-batch: one stage computes at a time while three wait, each a quarter of a
+  // computing rank's load (Note [shared-machine simulation]): the 1.75 ranks' slowdown,
+  // between 1 alone and 1.5 for two.
+  HardwareProfile sharing = hw;
+  sharing.contention = {{2, 1.5}, {4, 3.0}};
+  sharing.cores = 2;
+  EXPECT_NEAR(sharing.compute_slowdown(1.75), 1.375, 1e-12);
+  const CostOptions one{"fp32", 1, 0.0};
+  EXPECT_NEAR(predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, sharing).compute_s,
+              1.375 * predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, hw).compute_s, 1e-9);
 }
 
 namespace {

@@ -163,6 +163,52 @@ TEST(PipelineSchedule, CheckAndSimulationFindBrokenMessaging) {
   }
 }
 
+TEST(PipelineSchedule, SharedMachineSimulationSlowsWhatComputesAtOnce) {
+  // Note [shared-machine simulation]. Forward 1, backward 2, free messages.
+  const ActionCost unit = unit_costs();
+  const ActionWorkFn work = [&](int64_t r, const Action& a) { return ActionWork{unit(r, a), 0}; };
+  // With no slowdown it is simulate_schedule, action by action.
+  for (const auto kind : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+    const auto s = pipeline_schedule(kind, 4, 8);
+    const Simulation a = simulate_schedule(s, unit);
+    const Simulation b = simulate_shared(s, work, [](double) { return 1.0; });
+    ASSERT_EQ(b.error, "");
+    EXPECT_NEAR(a.step_time, b.step_time, 1e-9);
+    for (size_t r = 0; r < s.size(); ++r) {
+      ASSERT_EQ(a.timeline[r].size(), b.timeline[r].size());
+      for (size_t i = 0; i < a.timeline[r].size(); ++i)
+        EXPECT_NEAR(a.timeline[r][i].end, b.timeline[r][i].end, 1e-9) << r << " " << i;
+    }
+  }
+  // k ranks computing at once each run at 1/k (one core). GPipe, 2 stages, 2
+  // micro-batches: F alone [0,1], two forwards together [1,3], F alone [3,4], B alone
+  // [4,6], two backwards together [6,10], B alone [10,12]: 12, not the 9 of two machines.
+  const auto g = pipeline_schedule(ScheduleKind::kGpipe, 2, 2);
+  const Simulation one_core = simulate_shared(g, work, [](double k) { return k; });
+  EXPECT_NEAR(one_core.step_time, 12, 1e-9);
+  EXPECT_NEAR(simulate_schedule(g, unit).step_time, 9, 1e-9);
+  // A fixed part (a message's transfer) is not slowed, and a rank in it does not count.
+  const ActionWorkFn with_sends = [&](int64_t r, const Action& a) {
+    const bool send = a.type == ActionType::kSendActivation || a.type == ActionType::kSendGrad;
+    return ActionWork{unit(r, a), send ? 0.5 : 0};
+  };
+  // The four messages lie on the path: each adds its 0.5 at full speed, and the
+  // computing ranks' pairs stay as they were (14); two machines would take 9 + 2.
+  const Simulation sends = simulate_shared(g, with_sends, [](double k) { return k; });
+  EXPECT_NEAR(sends.step_time, 14, 1e-9);
+  const Simulation apart = simulate_schedule(g, [&](int64_t r, const Action& a) {
+    return with_sends(r, a).compute + with_sends(r, a).fixed;
+  });
+  EXPECT_NEAR(apart.step_time, 11, 1e-9);
+  // A deadlock is found as simulate_schedule finds it.
+  auto cyclic = pipeline_schedule(ScheduleKind::k1F1B, 2, 2);
+  cyclic[0] = {{ActionType::kForward, 0, 0},
+               {ActionType::kRecvGrad, 0, 0},
+               {ActionType::kSendActivation, 0, 0}};
+  EXPECT_NE(simulate_shared(cyclic, work, [](double k) { return k; }).error.find("deadlock"),
+            std::string::npos);
+}
+
 TEST(StagePartition, BalancedMinimisesTheSlowestStage) {
   EXPECT_EQ(uniform_partition(7, 3), (std::vector<int64_t>{3, 2, 2}));
   StageCosts even;

@@ -230,27 +230,66 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       l.pp == 1 && l.pp_virtual == 1
           ? single_stage_schedule(m)
           : pipeline_schedule(parse_schedule_kind(l.schedule), l.pp, m, l.pp_virtual);
-  // Ranks of a CPU run share the machine (Note [contention]), but a pipeline's ranks
-  // wait through its bubble and leave part of their cores to the others (a Gloo wait
-  // polls: about half a rank's load, kWaitingLoad): the slowdown is that of the ranks
-  // computing on average, found by simulating again with it (a few rounds settle it).
-  constexpr double kWaitingLoad = 0.5;
   // What the kernels leave out of compute, measured on a reference run (Note [step
   // calibration]): the trainer's own work stretches compute, not the collectives (those
   // are calibrated inside a step already). On a CPU, with the contention, as one
-  // slowdown of the ranks computing.
+  // slowdown of the ranks computing (Note [contention]).
   const bool cpu = hw.device == "cpu";
   double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.dp * l.tp * l.pp);
+  for (size_t v = 0; v < fwd.size(); ++v)
+    fwd[v] = slowdown * fwd1[v], bwd[v] = slowdown * bwd1[v], rec[v] = slowdown * rec1[v];
   Simulation sim;
-  for (int round = 0; round < (cpu && l.pp > 1 ? 4 : 1); ++round) {
+  if (cpu && l.pp > 1) {
+    // A CPU pipeline's ranks share the cores, and how many compute changes through the
+    // step (Note [shared-machine simulation]): each stage's dp x tp ranks compute
+    // together, and a rank waiting in a receive or a collective takes kWaitingLoad of
+    // a computing one's share. Before, one slowdown for the whole step (that of the
+    // ranks computing on average, a waiting one at half) priced GPipe with one or two
+    // micro-batches 61-63% above measurement (one stage computes at a time: no
+    // contention) while 1F1B's steady state (all compute) came out below it. 0.25 is
+    // the waiting share that fits the 4-rank bench runs best; Gloo's waits sleep, but
+    // short ones still cost their wake-ups.
+    constexpr double kWaitingLoad = 0.25;
+    const double lockstep = static_cast<double>(l.dp * l.tp);
+    const ActionWorkFn work = [&](int64_t rank, const Action& a) -> ActionWork {
+      const auto v = static_cast<size_t>(stage_of(rank, a));
+      switch (a.type) {
+        case ActionType::kForward:
+          return {fwd1[v], tpc[v] / 2};
+        case ActionType::kBackward:
+          return {bwd1[v] + rec1[v], tpc[v] / 2 + rtc[v]};
+        case ActionType::kBackwardInput:
+          return {bwd1[v] / 2 + rec1[v], tpc[v] / 2 + rtc[v]};
+        case ActionType::kBackwardWeight:
+          return {bwd1[v] / 2, 0};
+        case ActionType::kSendActivation:
+        case ActionType::kSendGrad:
+          return {0, p2p};
+        default:
+          return {};
+      }
+    };
+    sim = simulate_shared(schedule, work, [&](double computing) {
+      const double busy = computing * lockstep;
+      return hw.compute_slowdown(busy + kWaitingLoad * (world - busy));
+    });
+    STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
+    // The busiest rank's average slowdown prices the parts below.
+    size_t top = 0;
+    for (size_t r = 0; r < sim.busy.size(); ++r)
+      if (sim.busy[r] > sim.busy[top]) top = r;
+    double full_speed = 0, fixed = 0;
+    for (int64_t chunk = 0; chunk < l.pp_virtual; ++chunk) {
+      const auto v = static_cast<size_t>(chunk * l.pp) + top;
+      full_speed += static_cast<double>(m) * (fwd1[v] + bwd1[v] + rec1[v]);
+      fixed += static_cast<double>(m) * (tpc[v] + rtc[v]);
+    }
+    const double average = full_speed > 0 ? (sim.busy[top] - fixed) / full_speed : slowdown;
     for (size_t v = 0; v < fwd.size(); ++v)
-      fwd[v] = slowdown * fwd1[v], bwd[v] = slowdown * bwd1[v], rec[v] = slowdown * rec1[v];
+      fwd[v] = average * fwd1[v], bwd[v] = average * bwd1[v], rec[v] = average * rec1[v];
+  } else {
     sim = simulate_schedule(schedule, cost);
     STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
-    double busy = 0;
-    for (const double b : sim.busy) busy += b;
-    const double active = world * busy / (static_cast<double>(l.pp) * sim.step_time);
-    if (cpu) slowdown = hw.compute_slowdown(active + kWaitingLoad * (world - active));
   }
 
   StepPrediction p;

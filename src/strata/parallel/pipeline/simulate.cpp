@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -12,23 +14,85 @@
 
 namespace strata {
 
-Simulation simulate_schedule(const std::vector<StageActions>& schedule, const ActionCost& cost) {
+namespace {
+bool is_send(const Action& a) {
+  return a.type == ActionType::kSendActivation || a.type == ActionType::kSendGrad;
+}
+bool is_recv(const Action& a) {
+  return a.type == ActionType::kRecvActivation || a.type == ActionType::kRecvGrad;
+}
+
+// A schedule's point-to-point channels, one per (sender, receiver, activation?):
+// the end times of its sends so far, and how many of them the receiver has taken (the
+// n-th receive on a channel matches the n-th send).
+class Channels {
+ public:
+  explicit Channels(int64_t p) : p_(p) {}
+  void send(int64_t rank, const Action& a, double end) { sends_[key(rank, a)].push_back(end); }
+  // The end of the send a receive matches, once one has ended by `now`; nullopt while
+  // the sender has not got there.
+  std::optional<double> take(int64_t rank, const Action& a,
+                             double now = std::numeric_limits<double>::infinity()) {
+    const Key k = key(rank, a);
+    const std::vector<double>& s = sends_[k];
+    size_t& n = taken_[k];
+    if (n >= s.size() || s[n] > now) return std::nullopt;
+    return s[n++];
+  }
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, bool>;
+  // Activations go to the next virtual stage and come from the previous one; gradients
+  // the other way.
+  Key key(int64_t rank, const Action& a) const {
+    const bool act = a.type == ActionType::kSendActivation || a.type == ActionType::kRecvActivation;
+    const bool send = is_send(a);
+    const int64_t vs = a.chunk * p_ + rank + (send == act ? 1 : -1);
+    const int64_t other = ((vs % p_) + p_) % p_;
+    return send ? Key{rank, other, act} : Key{other, rank, act};
+  }
+  int64_t p_;
+  std::map<Key, std::vector<double>> sends_;
+  std::map<Key, size_t> taken_;
+};
+
+// Nothing run yet: a busy time and a timeline per rank.
+Simulation empty_simulation(const std::vector<StageActions>& schedule) {
   Simulation sim;
+  sim.busy.assign(schedule.size(), 0);
+  sim.timeline.assign(schedule.size(), {});
+  return sim;
+}
+
+// The ranks whose lists did not finish make the error; otherwise the step and bubble.
+void finish(const std::vector<StageActions>& schedule, const std::vector<size_t>& next,
+            Simulation& sim) {
+  std::string waiting;
+  for (size_t r = 0; r < schedule.size(); ++r)
+    if (next[r] < schedule[r].size())
+      waiting += c10::str(waiting.empty() ? "" : ", ", "stage ", r, " at ",
+                          schedule[r][next[r]].to_string());
+  if (!waiting.empty()) {
+    sim.error = "deadlock: " + waiting + " wait for sends that never come";
+    return;
+  }
+  double total_busy = 0;
+  for (size_t r = 0; r < schedule.size(); ++r) {
+    if (!sim.timeline[r].empty())
+      sim.step_time = std::max(sim.step_time, sim.timeline[r].back().end);
+    total_busy += sim.busy[r];
+  }
+  if (sim.step_time > 0)
+    sim.bubble_fraction = 1 - total_busy / (static_cast<double>(schedule.size()) * sim.step_time);
+}
+}  // namespace
+
+Simulation simulate_schedule(const std::vector<StageActions>& schedule, const ActionCost& cost) {
+  Simulation sim = empty_simulation(schedule);
   const auto p = static_cast<int64_t>(schedule.size());
-  const auto ranks = static_cast<size_t>(p);
-  sim.busy.assign(ranks, 0);
-  sim.timeline.assign(ranks, {});
-  std::vector<size_t> next(ranks, 0);
-  std::vector<double> clock(ranks, 0);
-  // Per channel (sender, receiver, activation?): the end times of its sends so far,
-  // and how many the receiver has taken.
-  using Channel = std::tuple<int64_t, int64_t, bool>;
-  std::map<Channel, std::vector<double>> sends;
-  std::map<Channel, size_t> taken;
-  auto neighbour = [&](int64_t r, const Action& a, bool towards_next) {
-    const int64_t vs = a.chunk * p + r + (towards_next ? 1 : -1);
-    return ((vs % p) + p) % p;
-  };
+  std::vector<size_t> next(schedule.size(), 0);
+  std::vector<double> clock(schedule.size(), 0);
+  Channels channels(p);
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t r = 0; r < p; ++r) {
@@ -36,19 +100,13 @@ Simulation simulate_schedule(const std::vector<StageActions>& schedule, const Ac
       while (next[ru] < schedule[ru].size()) {
         const Action& a = schedule[ru][next[ru]];
         double start = clock[ru];
-        const bool act =
-            a.type == ActionType::kSendActivation || a.type == ActionType::kRecvActivation;
-        if (a.type == ActionType::kRecvActivation || a.type == ActionType::kRecvGrad) {
-          // Activations come from the previous virtual stage, gradients from the next.
-          const Channel ch{neighbour(r, a, !act), r, act};
-          const std::vector<double>& s = sends[ch];
-          size_t& k = taken[ch];
-          if (k >= s.size()) break;  // blocked until the sender gets there
-          start = std::max(start, s[k++]);
+        if (is_recv(a)) {
+          const std::optional<double> sent = channels.take(r, a);
+          if (!sent) break;  // blocked until the sender gets there
+          start = std::max(start, *sent);
         }
         const double end = start + cost(r, a);
-        if (a.type == ActionType::kSendActivation || a.type == ActionType::kSendGrad)
-          sends[{r, neighbour(r, a, act), act}].push_back(end);
+        if (is_send(a)) channels.send(r, a, end);
         if (a.is_compute()) sim.busy[ru] += end - start;
         sim.timeline[ru].push_back({a, start, end});
         clock[ru] = end;
@@ -57,24 +115,75 @@ Simulation simulate_schedule(const std::vector<StageActions>& schedule, const Ac
       }
     }
   }
-  std::string waiting;
-  for (int64_t r = 0; r < p; ++r) {
-    const auto ru = static_cast<size_t>(r);
-    if (next[ru] < schedule[ru].size())
-      waiting += c10::str(waiting.empty() ? "" : ", ", "stage ", r, " at ",
-                          schedule[ru][next[ru]].to_string());
+  finish(schedule, next, sim);
+  return sim;
+}
+
+Simulation simulate_shared(const std::vector<StageActions>& schedule, const ActionWorkFn& work,
+                           const SlowdownFn& slowdown) {
+  Simulation sim = empty_simulation(schedule);
+  const size_t ranks = schedule.size();
+  std::vector<size_t> next(ranks, 0);
+  struct Running {
+    bool on = false;
+    ActionWork left;  // compute still to do (at full speed), then the fixed time
+    double start = 0;
+  };
+  std::vector<Running> run(ranks);
+  Channels channels(static_cast<int64_t>(ranks));
+  double now = 0;
+  auto complete = [&](size_t r) {
+    const Action& a = schedule[r][next[r]];
+    if (is_send(a)) channels.send(static_cast<int64_t>(r), a, now);
+    if (a.is_compute()) sim.busy[r] += now - run[r].start;
+    sim.timeline[r].push_back({a, run[r].start, now});
+    run[r].on = false;
+    ++next[r];
+  };
+  for (;;) {
+    // Start what can start now; a receive whose message is there, and anything that
+    // costs nothing, passes at once (and may free another rank's receive).
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (size_t r = 0; r < ranks; ++r) {
+        while (!run[r].on && next[r] < schedule[r].size()) {
+          const Action& a = schedule[r][next[r]];
+          if (is_recv(a) && !channels.take(static_cast<int64_t>(r), a, now)) break;
+          run[r] = {true, work(static_cast<int64_t>(r), a), now};
+          if (run[r].left.compute > 0 || run[r].left.fixed > 0) break;
+          complete(r);
+          moved = true;
+        }
+      }
+    }
+    double computing = 0;
+    bool any = false;
+    for (const Running& x : run) {
+      any = any || x.on;
+      computing += x.on && x.left.compute > 0 ? 1 : 0;
+    }
+    if (!any) break;  // finished, or deadlocked
+    const double slow = computing > 0 ? slowdown(computing) : 1;
+    // Advance to the next phase end: a compute part ending, or a fixed part.
+    auto phase_left = [&](const Running& x) {
+      return x.left.compute > 0 ? x.left.compute * slow : x.left.fixed;
+    };
+    double dt = std::numeric_limits<double>::infinity();
+    for (const Running& x : run)
+      if (x.on) dt = std::min(dt, phase_left(x));
+    now += dt;
+    for (size_t r = 0; r < ranks; ++r) {
+      Running& x = run[r];
+      if (!x.on) continue;
+      const bool ends = phase_left(x) <= dt * (1 + 1e-12);
+      if (x.left.compute > 0)
+        x.left.compute = ends ? 0 : x.left.compute - dt / slow;
+      else
+        x.left.fixed = ends ? 0 : x.left.fixed - dt;
+      if (x.left.compute <= 0 && x.left.fixed <= 0) complete(r);
+    }
   }
-  if (!waiting.empty()) {
-    sim.error = "deadlock: " + waiting + " wait for sends that never come";
-    return sim;
-  }
-  double total_busy = 0;
-  for (size_t r = 0; r < ranks; ++r) {
-    sim.step_time = std::max(sim.step_time, clock[r]);
-    total_busy += sim.busy[r];
-  }
-  if (sim.step_time > 0)
-    sim.bubble_fraction = 1 - total_busy / (static_cast<double>(p) * sim.step_time);
+  finish(schedule, next, sim);
   return sim;
 }
 

@@ -31,6 +31,21 @@ struct Simulation {
 using ActionCost = std::function<double(int64_t rank, const Action& action)>;
 Simulation simulate_schedule(const std::vector<StageActions>& schedule, const ActionCost& cost);
 
+// Note [shared-machine simulation]: ranks that share a machine's cores (a CPU run)
+// compute more slowly the more of them compute at once, and a pipeline's number
+// computing changes through the step: one in GPipe's fill with few micro-batches, all
+// of them in 1F1B's steady state. Each action is its compute (seconds at full speed)
+// then a fixed part (its collectives, a send's transfer); while k ranks compute, each
+// runs at 1 / slowdown(k) of full speed. Otherwise as simulate_schedule, which is the
+// case slowdown = 1.
+struct ActionWork {
+  double compute = 0, fixed = 0;
+};
+using ActionWorkFn = std::function<ActionWork(int64_t rank, const Action& action)>;
+using SlowdownFn = std::function<double(double computing)>;
+Simulation simulate_shared(const std::vector<StageActions>& schedule, const ActionWorkFn& work,
+                           const SlowdownFn& slowdown);
+
 // Unit costs of a whole-model pass split over chunks: forward 1, backward 2 (input 1
 // and weight 1 when split), each divided by chunks; messages free.
 ActionCost unit_costs(int64_t chunks = 1, double forward = 1, double backward_input = 1,
