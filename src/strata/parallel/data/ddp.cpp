@@ -175,8 +175,17 @@ void DistributedDataParallel::before_backward(const at::Tensor& output) {
 
 void DistributedDataParallel::mark_ready(int64_t i) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!sync_) return;
   const auto ui = static_cast<size_t>(i);
+  // Note [accumulating into the buckets]: after zero_grad a micro-batch's fresh
+  // gradient is a tensor of its own; an unsynchronised micro-batch (accumulation) moves
+  // it into its bucket view at once, so the next ones add into the bucket in place.
+  // Left where it was, every gradient was held twice (its own tensor and the bucket)
+  // through the rest of the step: dp=2 with 4 micro-batches peaked a whole gradient
+  // copy above the estimate from the third step on.
+  if (!sync_) {
+    adopt_grad(ui);
+    return;
+  }
   if (!in_step_) {
     in_step_ = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
