@@ -166,13 +166,12 @@ TEST(EstimateCli, ZeroTwoPipelineLastStageHoldsTheHeadsGradient) {
   // head's backward. Uncounted, the last stage measured 12.4% above its estimate, past
   // the 8% margin; now within it. (The first stage is still 11% above its own estimate
   // here, below the last stage's peak; not yet explained.)
-  const std::string dir = temp_dir("zero2-pp");
-  RunResult r = run(train_command(dir,
-                                  "--nproc 2 --training.threads=1 --training.steps=3 "
-                                  "--checkpoint.save_final=false --parallel.pp=2 "
-                                  "--parallel.zero=2 --training.micro_batch_size=1"));
-  ASSERT_EQ(r.status, 0) << r.output;
-  r = run(strata_bin() + " estimate --json --compare " + dir);
+  const std::string dir = train_ok("zero2-pp",
+                                   "--nproc 2 --training.threads=1 --training.steps=3 "
+                                   "--checkpoint.save_final=false --parallel.pp=2 "
+                                   "--parallel.zero=2 --training.micro_batch_size=1");
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const RunResult r = run(strata_bin() + " estimate --json --compare " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
   const auto h = nlohmann::json::parse(r.output)["compare"]["highest"];
   EXPECT_EQ(h["rank"].get<int64_t>(), 1) << h.dump();

@@ -189,8 +189,7 @@ TEST(PipelineSchedule, SharedMachineSimulationSlowsWhatComputesAtOnce) {
   EXPECT_NEAR(simulate_schedule(g, unit).step_time, 9, 1e-9);
   // A fixed part (a message's transfer) is not slowed, and a rank in it does not count.
   const ActionWorkFn with_sends = [&](int64_t r, const Action& a) {
-    const bool send = a.type == ActionType::kSendActivation || a.type == ActionType::kSendGrad;
-    return ActionWork{unit(r, a), send ? 0.5 : 0};
+    return ActionWork{unit(r, a), a.is_send() ? 0.5 : 0};
   };
   // The four messages lie on the path: each adds its 0.5 at full speed, and the
   // computing ranks' pairs stay as they were (14); two machines would take 9 + 2.

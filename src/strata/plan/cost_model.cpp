@@ -201,29 +201,28 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     // Full recompute replays the blocks' forward, its tensor-parallel collectives too.
     rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_comm / 2 : 0;
   }
-  std::vector<double> fwd(fwd1.size()), bwd(fwd1.size()), rec(fwd1.size());
   // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
   const double p2p =
       l.pp > 1 ? hw.collective_seconds(
                      "send_recv", 2, N * d * elem / (l.sequence_parallel ? tp : 1), l.dp * l.tp + 1)
                : 0;
-  auto stage_of = [&](int64_t rank, const Action& a) { return a.chunk * l.pp + rank; };
-  const ActionCost cost = [&](int64_t rank, const Action& a) -> double {
-    const auto v = static_cast<size_t>(stage_of(rank, a));
+  // Each action: its compute at full speed, then its collectives or transfer.
+  const ActionWorkFn work = [&](int64_t rank, const Action& a) -> ActionWork {
+    const auto v = static_cast<size_t>(a.chunk * l.pp + rank);
     switch (a.type) {
       case ActionType::kForward:
-        return fwd[v] + tpc[v] / 2;
+        return {fwd1[v], tpc[v] / 2};
       case ActionType::kBackward:
-        return bwd[v] + rec[v] + tpc[v] / 2 + rtc[v];
+        return {bwd1[v] + rec1[v], tpc[v] / 2 + rtc[v]};
       case ActionType::kBackwardInput:
-        return bwd[v] / 2 + rec[v] + tpc[v] / 2 + rtc[v];
+        return {bwd1[v] / 2 + rec1[v], tpc[v] / 2 + rtc[v]};
       case ActionType::kBackwardWeight:
-        return bwd[v] / 2;
+        return {bwd1[v] / 2, 0};
       case ActionType::kSendActivation:
       case ActionType::kSendGrad:
-        return p2p;
+        return {0, p2p};
       default:
-        return 0;
+        return {};
     }
   };
   const auto schedule =
@@ -235,81 +234,56 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // are calibrated inside a step already). On a CPU, with the contention, as one
   // slowdown of the ranks computing (Note [contention]).
   const bool cpu = hw.device == "cpu";
-  double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.dp * l.tp * l.pp);
-  for (size_t v = 0; v < fwd.size(); ++v)
-    fwd[v] = slowdown * fwd1[v], bwd[v] = slowdown * bwd1[v], rec[v] = slowdown * rec1[v];
-  Simulation sim;
-  if (cpu && l.pp > 1) {
-    // A CPU pipeline's ranks share the cores, and how many compute changes through the
-    // step (Note [shared-machine simulation]): each stage's dp x tp ranks compute
-    // together, and a rank waiting in a receive or a collective takes kWaitingLoad of
-    // a computing one's share. Before, one slowdown for the whole step (that of the
-    // ranks computing on average, a waiting one at half) priced GPipe with one or two
-    // micro-batches 61-63% above measurement (one stage computes at a time: no
-    // contention) while 1F1B's steady state (all compute) came out below it. 0.25 is
-    // the waiting share that fits the 4-rank bench runs best; Gloo's waits sleep, but
-    // short ones still cost their wake-ups.
-    constexpr double kWaitingLoad = 0.25;
-    const double lockstep = static_cast<double>(l.dp * l.tp);
-    const ActionWorkFn work = [&](int64_t rank, const Action& a) -> ActionWork {
-      const auto v = static_cast<size_t>(stage_of(rank, a));
-      switch (a.type) {
-        case ActionType::kForward:
-          return {fwd1[v], tpc[v] / 2};
-        case ActionType::kBackward:
-          return {bwd1[v] + rec1[v], tpc[v] / 2 + rtc[v]};
-        case ActionType::kBackwardInput:
-          return {bwd1[v] / 2 + rec1[v], tpc[v] / 2 + rtc[v]};
-        case ActionType::kBackwardWeight:
-          return {bwd1[v] / 2, 0};
-        case ActionType::kSendActivation:
-        case ActionType::kSendGrad:
-          return {0, p2p};
-        default:
-          return {};
-      }
-    };
-    sim = simulate_shared(schedule, work, [&](double computing) {
-      const double busy = computing * lockstep;
-      return hw.compute_slowdown(busy + kWaitingLoad * (world - busy));
-    });
-    STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
-    // The busiest rank's average slowdown prices the parts below.
-    size_t top = 0;
-    for (size_t r = 0; r < sim.busy.size(); ++r)
-      if (sim.busy[r] > sim.busy[top]) top = r;
-    double full_speed = 0, fixed = 0;
-    for (int64_t chunk = 0; chunk < l.pp_virtual; ++chunk) {
-      const auto v = static_cast<size_t>(chunk * l.pp) + top;
-      full_speed += static_cast<double>(m) * (fwd1[v] + bwd1[v] + rec1[v]);
-      fixed += static_cast<double>(m) * (tpc[v] + rtc[v]);
-    }
-    const double average = full_speed > 0 ? (sim.busy[top] - fixed) / full_speed : slowdown;
-    for (size_t v = 0; v < fwd.size(); ++v)
-      fwd[v] = average * fwd1[v], bwd[v] = average * bwd1[v], rec[v] = average * rec1[v];
-  } else {
-    sim = simulate_schedule(schedule, cost);
-    STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
-  }
+  const double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.dp * l.tp * l.pp);
+  // A CPU pipeline's ranks share the cores, and how many compute changes through the
+  // step (Note [shared-machine simulation]): each stage's dp x tp ranks compute
+  // together, and a rank waiting in a receive or a collective takes kWaitingLoad of a
+  // computing one's share. Before, one slowdown for the whole step (that of the ranks
+  // computing on average, a waiting one at half) priced GPipe with one or two
+  // micro-batches 61-63% above measurement (one stage computes at a time: no
+  // contention) while 1F1B's steady state (all compute) came out below it. 0.25 is the
+  // waiting share that fits the 4-rank bench runs best; Gloo's waits sleep, but short
+  // ones still cost their wake-ups.
+  constexpr double kWaitingLoad = 0.25;
+  const bool shared = cpu && l.pp > 1;
+  const double lockstep = static_cast<double>(l.dp * l.tp);
+  const Simulation sim =
+      shared ? simulate_shared(schedule, work,
+                               [&](double computing) {
+                                 const double busy = computing * lockstep;
+                                 return hw.compute_slowdown(busy + kWaitingLoad * (world - busy));
+                               })
+             : simulate_schedule(schedule, [&](int64_t rank, const Action& a) {
+                 const ActionWork w = work(rank, a);
+                 return slowdown * w.compute + w.fixed;
+               });
+  STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
 
   StepPrediction p;
   // The busiest rank's shares.
   int64_t busiest = 0;
   for (int64_t r = 0; r < l.pp; ++r)
     if (sim.busy[static_cast<size_t>(r)] > sim.busy[static_cast<size_t>(busiest)]) busiest = r;
+  double full_speed = 0, recompute = 0;  // its compute and recompute per step, unscaled
   for (int64_t chunk = 0; chunk < l.pp_virtual; ++chunk) {
     const auto v = static_cast<size_t>(chunk * l.pp + busiest);
-    p.compute_s += static_cast<double>(m) * (fwd[v] + bwd[v]);
-    p.recompute_s += static_cast<double>(m) * rec[v];
+    full_speed += static_cast<double>(m) * (fwd1[v] + bwd1[v]);
+    recompute += static_cast<double>(m) * rec1[v];
     p.tp_comm_s += static_cast<double>(m) * (tpc[v] + rtc[v]);
   }
+  // Shared: the busiest rank's average slowdown over the step prices its parts.
+  double scale = slowdown;
+  if (shared && full_speed + recompute > 0)
+    scale = (sim.busy[static_cast<size_t>(busiest)] - p.tp_comm_s) / (full_speed + recompute);
+  p.compute_s = scale * full_speed;
+  p.recompute_s = scale * recompute;
   p.bubble_s = std::max(0.0, sim.step_time - sim.busy[static_cast<size_t>(busiest)]);
 
   // Data parallel: this rank's parameters and gradients.
   const ParameterCount pc = count_parameters(s, l.tp);
   const double params = static_cast<double>(pc.trainable) / static_cast<double>(l.pp);
   const double grad_bytes = params * elem, dp = static_cast<double>(l.dp);
-  const double last_backward = bwd.back();
+  const double last_backward = scale * bwd1.back();
   auto hidden = [&](double comm, double behind) {
     return std::max(comm - o.overlap * behind, (1 - o.overlap) * comm);
   };

@@ -53,6 +53,15 @@ bool Action::is_compute() const {
   return type == ActionType::kForward || type == ActionType::kBackward ||
          type == ActionType::kBackwardInput || type == ActionType::kBackwardWeight;
 }
+bool Action::is_send() const {
+  return type == ActionType::kSendActivation || type == ActionType::kSendGrad;
+}
+bool Action::is_receive() const {
+  return type == ActionType::kRecvActivation || type == ActionType::kRecvGrad;
+}
+bool Action::carries_activation() const {
+  return type == ActionType::kSendActivation || type == ActionType::kRecvActivation;
+}
 
 std::vector<StageActions> single_stage_schedule(int64_t micro_batches) {
   StageActions a;
@@ -280,10 +289,7 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
         case ActionType::kRecvActivation:
         case ActionType::kSendGrad:
         case ActionType::kRecvGrad: {
-          const bool act =
-              a.type == ActionType::kSendActivation || a.type == ActionType::kRecvActivation;
-          const bool send =
-              a.type == ActionType::kSendActivation || a.type == ActionType::kSendGrad;
+          const bool act = a.carries_activation(), send = a.is_send();
           if (act ? (send ? vs == last : vs == 0) : (send ? vs == 0 : vs == last))
             return fail(a, "has no neighbour on that side"), out;
           bool& flag =

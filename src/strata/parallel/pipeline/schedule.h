@@ -40,6 +40,9 @@ struct Action {
   // micro-batch 3, "0sB3"/"0rB3" the gradient.
   std::string to_string() const;
   bool is_compute() const;
+  bool is_send() const;
+  bool is_receive() const;
+  bool carries_activation() const;  // a send or receive of an activation (else a gradient)
 };
 using StageActions = std::vector<Action>;
 

@@ -15,13 +15,6 @@
 namespace strata {
 
 namespace {
-bool is_send(const Action& a) {
-  return a.type == ActionType::kSendActivation || a.type == ActionType::kSendGrad;
-}
-bool is_recv(const Action& a) {
-  return a.type == ActionType::kRecvActivation || a.type == ActionType::kRecvGrad;
-}
-
 // A schedule's point-to-point channels, one per (sender, receiver, activation?):
 // the end times of its sends so far, and how many of them the receiver has taken (the
 // n-th receive on a channel matches the n-th send).
@@ -45,8 +38,7 @@ class Channels {
   // Activations go to the next virtual stage and come from the previous one; gradients
   // the other way.
   Key key(int64_t rank, const Action& a) const {
-    const bool act = a.type == ActionType::kSendActivation || a.type == ActionType::kRecvActivation;
-    const bool send = is_send(a);
+    const bool act = a.carries_activation(), send = a.is_send();
     const int64_t vs = a.chunk * p_ + rank + (send == act ? 1 : -1);
     const int64_t other = ((vs % p_) + p_) % p_;
     return send ? Key{rank, other, act} : Key{other, rank, act};
@@ -100,13 +92,13 @@ Simulation simulate_schedule(const std::vector<StageActions>& schedule, const Ac
       while (next[ru] < schedule[ru].size()) {
         const Action& a = schedule[ru][next[ru]];
         double start = clock[ru];
-        if (is_recv(a)) {
+        if (a.is_receive()) {
           const std::optional<double> sent = channels.take(r, a);
           if (!sent) break;  // blocked until the sender gets there
           start = std::max(start, *sent);
         }
         const double end = start + cost(r, a);
-        if (is_send(a)) channels.send(r, a, end);
+        if (a.is_send()) channels.send(r, a, end);
         if (a.is_compute()) sim.busy[ru] += end - start;
         sim.timeline[ru].push_back({a, start, end});
         clock[ru] = end;
@@ -134,7 +126,7 @@ Simulation simulate_shared(const std::vector<StageActions>& schedule, const Acti
   double now = 0;
   auto complete = [&](size_t r) {
     const Action& a = schedule[r][next[r]];
-    if (is_send(a)) channels.send(static_cast<int64_t>(r), a, now);
+    if (a.is_send()) channels.send(static_cast<int64_t>(r), a, now);
     if (a.is_compute()) sim.busy[r] += now - run[r].start;
     sim.timeline[r].push_back({a, run[r].start, now});
     run[r].on = false;
@@ -148,7 +140,7 @@ Simulation simulate_shared(const std::vector<StageActions>& schedule, const Acti
       for (size_t r = 0; r < ranks; ++r) {
         while (!run[r].on && next[r] < schedule[r].size()) {
           const Action& a = schedule[r][next[r]];
-          if (is_recv(a) && !channels.take(static_cast<int64_t>(r), a, now)) break;
+          if (a.is_receive() && !channels.take(static_cast<int64_t>(r), a, now)) break;
           run[r] = {true, work(static_cast<int64_t>(r), a), now};
           if (run[r].left.compute > 0 || run[r].left.fixed > 0) break;
           complete(r);
