@@ -76,6 +76,14 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   const double ar = hw.collective_seconds("all_reduce", 2, 2.0 * 128 * 256 * 4);
   const double small = hw.collective_seconds("all_reduce", 2, 2.0 * 128 * 4);
   EXPECT_NEAR(t.tp_comm_s, 4 * (4 * 4 * ar + 2 * ar + 3 * small), 1e-9);  // 4 micro-batches
+  // The same pairs inside a 4-rank world (dp=2) pay that world's loaded fit (Note
+  // [collectives in a loaded world]): here 10x the latency, on the same micro-batches.
+  HardwareProfile loaded = hw;
+  loaded.loaded_collectives["all_reduce"][4][2] = {1e-4, 1e9};
+  const StepPrediction tl = predict_step(s, layout(2, 2, 1, 2, "1f1b"), {"fp32", 16, 0.5}, loaded);
+  const StepPrediction tu = predict_step(s, layout(2, 2, 1, 2, "1f1b"), {"fp32", 16, 0.5}, hw);
+  EXPECT_NEAR(tu.tp_comm_s, t.tp_comm_s, 1e-9);
+  EXPECT_NEAR(tl.tp_comm_s - tu.tp_comm_s, 4 * (4 * 4 + 2 + 3) * 9e-5, 1e-9);
   // Sequence parallel: per block 6 all-gathers, 4 reduce-scatters and 6 small
   // all-reduces of the replicated parameters' gradients.
   Layout sp = layout(1, 2, 1, 2, "1f1b");

@@ -46,6 +46,17 @@ TEST(Profile, LookupsInterpolateRatesAndScaleCollectives) {
   EXPECT_GT(p.collective_seconds("reduce_scatter", 16, 1e9),
             p.collective_seconds("reduce_scatter", 8, 1e9))
       << "across nodes costs more";
+  // A group smaller than the world takes that world's loaded fit where there is one
+  // (Note [collectives in a loaded world]); the whole world, or a world not measured,
+  // the group's own.
+  p.loaded_collectives["all_reduce"][4][2] = {2e-5, 5e8};
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 1e6, 0, 4), 2e-5 + 2e-3);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 1e6, 0, 2), 1e-5 + 1e-3);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 1e6, 0, 8), 1e-5 + 1e-3);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 4, 1e6, 0, 4), 3e-5 + 1e-3);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_gather", 2, 1e9, 0, 4),
+                   p.collective_seconds("all_gather", 2, 1e9))
+      << "an op without a loaded fit";
 
   // Kernels interpolate as GEMMs do; a missing one is the caller's fallback.
   p.kernels["gelu/fp32"] = {{1e3, 1e-6}, {1e5, 1e-5}};
@@ -94,7 +105,9 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   p.op_overhead_s = 4e-6;
   p.contention[2] = 1.1;
   p.step_scale[1] = 1.2;
+  p.loaded_collectives["all_gather"][4][2] = {7e-4, 1e9};
   const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
+  EXPECT_EQ(q.loaded_collectives.at("all_gather").at(4).at(2).latency_s, 7e-4);
   EXPECT_EQ(profile_json(q), profile_json(p));
   auto error = [](const std::string& text) {
     try {
@@ -117,6 +130,10 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
                 .find("'four' is not a rank count"),
             std::string::npos);
   EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1,"seconds":1}]},)"
+                  R"("loaded_collectives":{"all_reduce":{"4":{"2":{"latency_s":1}}}}})")
+                .find("loaded_collectives.all_reduce.4.2 needs bytes_per_s > 0"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1,"seconds":1}]},)"
                   R"("step_scale":{"2":0.1}})")
                 .find("step_scale.2 must be a number >= 0.5"),
             std::string::npos);
@@ -137,9 +154,10 @@ TEST(Profile, DatasheetProfilesLoad) {
 }
 
 TEST(Profile, CalibrateMeasuresThisMachine) {
-  // The quick sweep (fewer sizes and repeats) over 2 ranks: every part of the profile.
+  // The quick sweep (fewer sizes and repeats) over 2..4 ranks: every part of the
+  // profile, the pairs of the 4-rank world timed all at once too.
   const std::string out = temp_dir("calibrate") + "/profile.json";
-  auto r = run(strata_bin() + " calibrate --nproc 2 --quick -o " + out, 120);
+  auto r = run(strata_bin() + " calibrate --nproc 4 --quick -o " + out, 180);
   ASSERT_EQ(r.status, 0) << r.output;
   const HardwareProfile p = load_profile(out);
   for (const char* d : {"fp32", "bf16"}) {
@@ -159,7 +177,13 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
     ASSERT_TRUE(p.collectives.count(op) && p.collectives.at(op).count(2)) << op << "\n" << r.output;
     EXPECT_GT(p.collectives.at(op).at(2).bytes_per_s, 1e6) << op;
+    ASSERT_TRUE(p.loaded_collectives.count(op) && p.loaded_collectives.at(op).count(4) &&
+                p.loaded_collectives.at(op).at(4).count(2))
+        << op << "\n"
+        << r.output;
+    EXPECT_GT(p.loaded_collectives.at(op).at(4).at(2).bytes_per_s, 1e6) << op;
   }
+  EXPECT_EQ(p.loaded_collectives.at("all_reduce").size(), 1u) << "only the 4-rank world divides";
   EXPECT_NE(r.output.find("profile: " + out), std::string::npos) << r.output;
   expect_one_error_line(strata_bin() + " calibrate --nproc 0", "--nproc 0 must be at least 1");
 }

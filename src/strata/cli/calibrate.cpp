@@ -131,6 +131,20 @@ nlohmann::json time_collectives(Comm& c, bool quick) {
   }
   return fits;
 }
+
+// Note [collectives in a loaded world]: on a shared CPU machine a collective over part
+// of the world runs while the other ranks compute: its partner may be off its core,
+// serving another group's rank, and each wake-up waits for a core. Timed in a world of
+// its own size (all ranks idle but the group) a tp pair's all-reduce at 4 ranks on 2
+// cores cost a third of what it does in the run. So a world that divides into groups
+// (4: pairs) also times its consecutive groups (the mesh's tp axis) all at once, each
+// after its slice of compute as above, and its strided ones (dp) when they differ in
+// size; the profile keeps them as loaded_collectives for that world.
+int64_t loaded_group(int64_t world) {
+  for (int64_t g = 2; g < world; ++g)
+    if (world % g == 0) return g;
+  return 0;
+}
 }  // namespace
 
 int run_calibrate_worker(const std::string& out, bool quick, int64_t threads) {
@@ -139,9 +153,19 @@ int run_calibrate_worker(const std::string& out, bool quick, int64_t threads) {
   const WorldInfo world = init_from_env();
   Config cfg;
   cfg.parallel.timeout_s = 120;
+  const int64_t g = loaded_group(world.world_size);
+  if (g > 0) cfg.parallel.tp = g;
   auto mesh = make_mesh(world, cfg);
   Comm& all = mesh->comm(Axis::kWorld);
   nlohmann::json fits = time_collectives(all, quick);
+  if (g > 0) {
+    for (const Axis axis : {Axis::kTp, Axis::kDp}) {
+      Comm& c = mesh->comm(axis);
+      if (axis == Axis::kDp && (c.size() == g || c.size() < 2)) continue;
+      all.barrier();
+      fits["loaded"][std::to_string(c.size())] = time_collectives(c, quick);
+    }
+  }
   all.barrier();
   at::Tensor mix = at::full({1}, compute_mix_seconds(quick), at::kDouble);
   all.all_reduce(mix).wait();  // the mean over the ranks
@@ -204,11 +228,24 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     std::printf("  %lld ranks at once compute %.2fx slower than one alone\n",
                 static_cast<long long>(g), p.contention[g]);
     fits.erase("compute_s");
+    const nlohmann::json loaded = fits.value("loaded", nlohmann::json::object());
+    fits.erase("loaded");
+    auto fit_of = [](const nlohmann::json& f) {
+      return LinkFit{f["latency_s"].get<double>(), f["bytes_per_s"].get<double>()};
+    };
     for (const auto& [op, f] : fits.items()) {
-      p.collectives[op][g] = {f["latency_s"].get<double>(), f["bytes_per_s"].get<double>()};
+      p.collectives[op][g] = fit_of(f);
       std::printf("  %s over %lld ranks: %.1f us + %.2f GB/s\n", op.c_str(),
                   static_cast<long long>(g), f["latency_s"].get<double>() * 1e6,
                   f["bytes_per_s"].get<double>() / 1e9);
+    }
+    for (const auto& [size, ops] : loaded.items()) {
+      for (const auto& [op, f] : ops.items()) {
+        p.loaded_collectives[op][g][std::stoll(size)] = fit_of(f);
+        std::printf("  %s over %s of %lld ranks, all groups at once: %.1f us + %.2f GB/s\n",
+                    op.c_str(), size.c_str(), static_cast<long long>(g),
+                    f["latency_s"].get<double>() * 1e6, f["bytes_per_s"].get<double>() / 1e9);
+      }
     }
   }
   for (int64_t g = 1; g <= a.nproc; ++g) {

@@ -27,14 +27,23 @@ double memory_bandwidth(bool quick) {
 }
 
 namespace {
-// Forward and backward of `loss_of(x)` with x's gradient: the time one call of the
+// Forward and backward of `out_of(x)` with x's gradient: the time one call of the
 // kernel costs in a training step.
+// Note [dense gradients in calibration]: backward starts from a dense gradient of the
+// output, as in a step. It used to start from a sum's, a zero-stride expanded tensor,
+// which a linear's backward multiplies through a slower path ((128 x 64) -> 256: 0.18
+// ms against 0.135) and element-wise backwards read for free. The linear curve came out
+// 20-35% slow at a short sequence's shapes and the step scale hid it at micro-batch 4,
+// so micro-batch 1 was priced 1.3-1.4x what it runs at (one rank, batch 8: bert-debug
+// +38.6% at micro-batch 1 and +8.7% at 8, the debug GPT +33.4% and +12.6%; after,
+// +9.9% and +9.9%, +4.3% and +9.5%).
 template <class Fn>
-double fwd_bwd_seconds(const at::Tensor& x, Fn loss_of, bool quick) {
+double fwd_bwd_seconds(const at::Tensor& x, Fn out_of, bool quick) {
+  const at::Tensor grad = at::randn_like(out_of(x).detach());
   return median_seconds(
       [&] {
         x.mutable_grad() = at::Tensor();
-        loss_of(x).backward();
+        out_of(x).backward(grad);
       },
       quick ? 2 : 3, quick ? 0.03 : 0.15);
 }
@@ -64,20 +73,18 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
       out[std::string("layer_norm/") + name].push_back(
           {static_cast<double>(x.numel()),
            fwd_bwd_seconds(
-               x, [&](const at::Tensor& v) { return at::layer_norm(v, {384}, w, b).sum(); },
-               quick)});
+               x, [&](const at::Tensor& v) { return at::layer_norm(v, {384}, w, b); }, quick)});
       const at::Tensor h = grad_of(at::randn({r, 1536}).to(dtype));
       out[std::string("gelu/") + name].push_back(
           {static_cast<double>(h.numel()),
            fwd_bwd_seconds(
-               h, [&](const at::Tensor& v) { return at::gelu(v).sum(); }, quick)});
+               h, [&](const at::Tensor& v) { return at::gelu(v); }, quick)});
       // The residual stream's dropout (the model's own, Note [counter-based dropout]):
       // its hash per element is compute, not traffic.
       out[std::string("dropout/") + name].push_back(
           {static_cast<double>(x.numel()),
            fwd_bwd_seconds(
-               x, [&](const at::Tensor& v) { return counter_dropout(v, 0.1, true).sum(); },
-               quick)});
+               x, [&](const at::Tensor& v) { return counter_dropout(v, 0.1, true); }, quick)});
     }
     // Causal attention over (1, 4 heads, T, 32) for growing T, per head; work counts
     // forward's 4 T^2 d and backward's 8 T^2 d FLOPs (the full square, as the cost
@@ -90,16 +97,18 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
       const double s = fwd_bwd_seconds(
           q,
           [&](const at::Tensor& x) {
-            return at::scaled_dot_product_attention(x, k, v, {}, 0.0, true).sum();
+            return at::scaled_dot_product_attention(x, k, v, {}, 0.0, true);
           },
           quick);
       out[std::string("attention/") + name].push_back(
           {12 * static_cast<double>(t * t) * 32, s / 4});
       // With dropout the model writes attention out (scores, softmax, the
       // probabilities' dropout, x V): its own core, timed the same way.
-      SelfAttention dropped(BlockShape{128, 4, 0.1, true});
+      BlockShape shape;
+      shape.d_model = 128, shape.n_head = 4, shape.dropout = 0.1;
+      SelfAttention dropped(shape);
       const double sd = fwd_bwd_seconds(
-          q, [&](const at::Tensor& x) { return dropped.core(x, k, v).sum(); }, quick);
+          q, [&](const at::Tensor& x) { return dropped.core(x, k, v); }, quick);
       out[std::string("attention_dropout/") + name].push_back(
           {12 * static_cast<double>(t * t) * 32, sd / 4});
     }
@@ -108,7 +117,8 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
     // multiply's rate. Work: its 6 N d 4d FLOPs.
     for (const auto& [n, d] :
          quick ? std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {2048, 128}}
-               : std::vector<std::pair<int64_t, int64_t>>{{128, 64},
+               : std::vector<std::pair<int64_t, int64_t>>{{64, 64},
+                                                          {128, 64},
                                                           {128, 128},
                                                           {512, 128},
                                                           {2048, 128},
@@ -119,7 +129,7 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
       const at::Tensor w = grad_of(at::randn({4 * d, d}).to(dtype)),
                        b = grad_of(at::zeros({4 * d}).to(dtype));
       const double s = fwd_bwd_seconds(
-          x, [&](const at::Tensor& v) { return at::linear(v, w, b).sum(); }, quick);
+          x, [&](const at::Tensor& v) { return at::linear(v, w, b); }, quick);
       out[std::string("linear/") + name].push_back({6.0 * static_cast<double>(n * d * 4 * d), s});
     }
   }

@@ -60,7 +60,12 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   };
   const double stream = l.sequence_parallel ? N / tp : N;  // rows of the residual stream here
   const double ops = hw.op_overhead_s;
-  auto coll = [&](const char* op, double bytes) { return hw.collective_seconds(op, l.tp, bytes); };
+  // Groups smaller than the world take its loaded fits (Note [collectives in a loaded
+  // world]).
+  const int64_t world = l.dp * l.tp * l.pp;
+  auto coll = [&](const char* op, double bytes) {
+    return hw.collective_seconds(op, l.tp, bytes, 0, world);
+  };
   PartCosts c;
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run
   // below a square multiply's rate), else its three multiplies; a third is forward.
@@ -202,10 +207,10 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_comm / 2 : 0;
   }
   // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
-  const double p2p =
-      l.pp > 1 ? hw.collective_seconds(
-                     "send_recv", 2, N * d * elem / (l.sequence_parallel ? tp : 1), l.dp * l.tp + 1)
-               : 0;
+  const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
+                                                      N * d * elem / (l.sequence_parallel ? tp : 1),
+                                                      l.dp * l.tp + 1, l.dp * l.tp * l.pp)
+                              : 0;
   // Each action: its compute at full speed, then its collectives or transfer.
   const ActionWorkFn work = [&](int64_t rank, const Action& a) -> ActionWork {
     const auto v = static_cast<size_t>(a.chunk * l.pp + rank);
@@ -289,7 +294,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   };
   // A dp group spans dp x tp ranks (Note [rank grid]).
   auto dp_coll = [&](const char* op, double bytes) {
-    return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp);
+    return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.dp * l.tp * l.pp);
   };
   if (l.dp > 1) {
     if (l.zero == 0) {

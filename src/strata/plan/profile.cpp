@@ -79,8 +79,18 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
 }
 
 double HardwareProfile::collective_seconds(const std::string& op, int64_t group, double bytes,
-                                           int64_t span) const {
+                                           int64_t span, int64_t world) const {
   if (group <= 1) return 0;
+  if (world > group) {
+    auto by_op = loaded_collectives.find(op);
+    if (by_op != loaded_collectives.end()) {
+      auto in_world = by_op->second.find(world);
+      if (in_world != by_op->second.end()) {
+        auto fit = in_world->second.find(group);
+        if (fit != in_world->second.end()) return fit->second.seconds(bytes);
+      }
+    }
+  }
   const double g = static_cast<double>(group);
   auto it = collectives.find(op);
   if (it != collectives.end() && !it->second.empty()) {
@@ -135,6 +145,10 @@ nlohmann::json profile_json(const HardwareProfile& p) {
   nlohmann::json coll = nlohmann::json::object();
   for (const auto& [op, fits] : p.collectives)
     for (const auto& [g, f] : fits) coll[op][std::to_string(g)] = link(f);
+  nlohmann::json loaded = nlohmann::json::object();
+  for (const auto& [op, worlds] : p.loaded_collectives)
+    for (const auto& [w, fits] : worlds)
+      for (const auto& [g, f] : fits) loaded[op][std::to_string(w)][std::to_string(g)] = link(f);
   return {{"format", 1},
           {"name", p.name},
           {"device", p.device},
@@ -149,6 +163,7 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"contention", by_ranks_json(p.contention)},
           {"step_scale", by_ranks_json(p.step_scale)},
           {"collectives", coll},
+          {"loaded_collectives", loaded},
           {"intra_node", link(p.intra_node)},
           {"inter_node", link(p.inter_node)},
           {"host_to_device_bytes_per_s", p.host_to_device_bytes_per_s},
@@ -209,19 +224,34 @@ void read_factors(const nlohmann::json& j, const char* key, double least, const 
     out[rank_count(g, where)] = x.get<double>();
   }
 }
-// op -> group size -> {latency_s, bytes_per_s}, profile_json's.
+// group size -> {latency_s, bytes_per_s} at `path` (for errors), profile_json's.
+void read_group_fits(const nlohmann::json& fits, const std::string& path, const std::string& where,
+                     std::map<int64_t, LinkFit>& out) {
+  STRATA_CHECK(fits.is_object(), where, ": ", path, " must map group sizes to fits");
+  for (const auto& [g, f] : fits.items()) {
+    const LinkFit fit = link_from(f, where);
+    STRATA_CHECK(fit.bytes_per_s > 0, where, ": ", path, ".", g, " needs bytes_per_s > 0");
+    out[rank_count(g, where)] = fit;
+  }
+}
+// op -> group size -> fit.
 void read_fits(const nlohmann::json& j, const char* key, const std::string& where,
                std::map<std::string, std::map<int64_t, LinkFit>>& out) {
   if (!j.contains(key)) return;
   STRATA_CHECK(j[key].is_object(), where, ": ", key, " must map ops to group sizes");
-  for (const auto& [op, fits] : j[key].items()) {
-    STRATA_CHECK(fits.is_object(), where, ": ", key, ".", op, " must map group sizes to fits");
-    for (const auto& [g, f] : fits.items()) {
-      const LinkFit fit = link_from(f, where);
-      STRATA_CHECK(fit.bytes_per_s > 0, where, ": ", key, ".", op, ".", g,
-                   " needs bytes_per_s > 0");
-      out[op][rank_count(g, where)] = fit;
-    }
+  for (const auto& [op, fits] : j[key].items())
+    read_group_fits(fits, std::string(key) + "." + op, where, out[op]);
+}
+// op -> world -> group size -> fit.
+void read_loaded_fits(const nlohmann::json& j, const char* key, const std::string& where,
+                      std::map<std::string, std::map<int64_t, std::map<int64_t, LinkFit>>>& out) {
+  if (!j.contains(key)) return;
+  STRATA_CHECK(j[key].is_object(), where, ": ", key, " must map ops to world sizes");
+  for (const auto& [op, worlds] : j[key].items()) {
+    STRATA_CHECK(worlds.is_object(), where, ": ", key, ".", op, " must map world sizes to groups");
+    for (const auto& [w, fits] : worlds.items())
+      read_group_fits(fits, std::string(key) + "." + op + "." + w, where,
+                      out[op][rank_count(w, where)]);
   }
 }
 }  // namespace
@@ -248,6 +278,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   read_factors(j, "step_scale", 0.5, where,
                p.step_scale);  // calibrate's floor (Note [step calibration])
   read_fits(j, "collectives", where, p.collectives);
+  read_loaded_fits(j, "loaded_collectives", where, p.loaded_collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);
   p.inter_node = link_from(j.value("inter_node", nlohmann::json()), where);
   p.host_to_device_bytes_per_s = positive(j, "host_to_device_bytes_per_s", where, false);

@@ -46,8 +46,12 @@ struct HardwareProfile {
   std::map<std::string, std::vector<GemmPoint>> gemm;  // "fp32", "bf16": by flops
   double memory_bytes_per_s = 0;
   std::map<std::string, std::map<int64_t, LinkFit>> collectives;  // op -> group size -> fit
-  LinkFit intra_node, inter_node;                                 // a hand-written profile's
-  std::map<std::string, std::vector<KernelPoint>> kernels;        // name -> by work
+  // CPU profiles: collectives over groups smaller than the world, timed with every group
+  // of the world at it at once (Note [collectives in a loaded world]): op -> world ->
+  // group size -> fit.
+  std::map<std::string, std::map<int64_t, std::map<int64_t, LinkFit>>> loaded_collectives;
+  LinkFit intra_node, inter_node;                           // a hand-written profile's
+  std::map<std::string, std::vector<KernelPoint>> kernels;  // name -> by work
   double op_overhead_s = 0;
   // CPU profiles: how much slower each of g ranks computes with all g running than
   // one alone (Note [contention]); group sizes not measured scale by threads / cores.
@@ -83,8 +87,10 @@ struct HardwareProfile {
   // `span`: how many consecutive ranks the group's members lie across (Note [rank grid]:
   // a dp group spans dp x tp ranks, pipeline neighbours dp x tp + 1), which decides
   // whether an unmeasured group runs on the intra- or inter-node link; 0: the group.
-  double collective_seconds(const std::string& op, int64_t group, double bytes,
-                            int64_t span = 0) const;
+  // `world`: the run's ranks; a group smaller than it takes the loaded fit measured in
+  // that world where there is one.
+  double collective_seconds(const std::string& op, int64_t group, double bytes, int64_t span = 0,
+                            int64_t world = 0) const;
 };
 
 nlohmann::json profile_json(const HardwareProfile& p);
