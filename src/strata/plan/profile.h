@@ -15,7 +15,8 @@ namespace strata {
 //  - memory_bytes_per_s: element-wise work (read + write) on large tensors;
 //  - collectives: for each op ("all_reduce", "all_gather", "reduce_scatter",
 //    "send_recv") and group size, latency alpha and bandwidth beta of the fit
-//    t = alpha + bytes / beta (bytes: one rank's buffer);
+//    t = alpha + bytes / beta (bytes: one rank's buffer); loaded_collectives: the same
+//    for groups smaller than a world, timed with all of that world's groups at once;
 //  - links (hand-written profiles of clusters): the intra- and inter-node link a
 //    collective over that many ranks would run on, when no measured fit exists;
 //  - kernels: the non-GEMM work a transformer step is made of, each timed forward and
