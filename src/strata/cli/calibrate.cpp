@@ -230,23 +230,20 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     fits.erase("compute_s");
     const nlohmann::json loaded = fits.value("loaded", nlohmann::json::object());
     fits.erase("loaded");
-    auto fit_of = [](const nlohmann::json& f) {
-      return LinkFit{f["latency_s"].get<double>(), f["bytes_per_s"].get<double>()};
+    // One fit read back from the worker and reported.
+    auto fit_of = [](const nlohmann::json& f, const std::string& what) {
+      const LinkFit fit{f["latency_s"].get<double>(), f["bytes_per_s"].get<double>()};
+      std::printf("  %s: %.1f us + %.2f GB/s\n", what.c_str(), fit.latency_s * 1e6,
+                  fit.bytes_per_s / 1e9);
+      return fit;
     };
-    for (const auto& [op, f] : fits.items()) {
-      p.collectives[op][g] = fit_of(f);
-      std::printf("  %s over %lld ranks: %.1f us + %.2f GB/s\n", op.c_str(),
-                  static_cast<long long>(g), f["latency_s"].get<double>() * 1e6,
-                  f["bytes_per_s"].get<double>() / 1e9);
-    }
-    for (const auto& [size, ops] : loaded.items()) {
-      for (const auto& [op, f] : ops.items()) {
-        p.loaded_collectives[op][g][std::stoll(size)] = fit_of(f);
-        std::printf("  %s over %s of %lld ranks, all groups at once: %.1f us + %.2f GB/s\n",
-                    op.c_str(), size.c_str(), static_cast<long long>(g),
-                    f["latency_s"].get<double>() * 1e6, f["bytes_per_s"].get<double>() / 1e9);
-      }
-    }
+    const std::string ranks = std::to_string(g) + " ranks";
+    for (const auto& [op, f] : fits.items())
+      p.collectives[op][g] = fit_of(f, op + " over " + ranks);
+    for (const auto& [size, ops] : loaded.items())
+      for (const auto& [op, f] : ops.items())
+        p.loaded_collectives[op][g][std::stoll(size)] =
+            fit_of(f, op + " over " + size + " of " + ranks + ", all groups at once");
   }
   for (int64_t g = 1; g <= a.nproc; ++g) {
     p.step_scale[g] = reference_step_scale(p, g, threads, a.quick, self_exe);

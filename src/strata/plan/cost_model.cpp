@@ -62,9 +62,8 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   const double ops = hw.op_overhead_s;
   // Groups smaller than the world take its loaded fits (Note [collectives in a loaded
   // world]).
-  const int64_t world = l.dp * l.tp * l.pp;
   auto coll = [&](const char* op, double bytes) {
-    return hw.collective_seconds(op, l.tp, bytes, 0, world);
+    return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
   PartCosts c;
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run
@@ -186,7 +185,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   STRATA_CHECK(m >= 1, "the batch ", o.batch, " does not fill one micro-batch of ", l.micro_batch,
                " on each of ", l.dp, " replicas");
   const PartCosts c = predict_parts(s, l, o, hw);
-  const double world = static_cast<double>(l.dp * l.tp * l.pp);
+  const double world = static_cast<double>(l.ranks());
 
   // Each virtual stage's forward and backward per micro-batch.
   const int64_t stages = l.pp * l.pp_virtual;
@@ -209,7 +208,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
   const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
                                                       N * d * elem / (l.sequence_parallel ? tp : 1),
-                                                      l.dp * l.tp + 1, l.dp * l.tp * l.pp)
+                                                      l.dp * l.tp + 1, l.ranks())
                               : 0;
   // Each action: its compute at full speed, then its collectives or transfer.
   const ActionWorkFn work = [&](int64_t rank, const Action& a) -> ActionWork {
@@ -239,7 +238,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // are calibrated inside a step already). On a CPU, with the contention, as one
   // slowdown of the ranks computing (Note [contention]).
   const bool cpu = hw.device == "cpu";
-  const double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.dp * l.tp * l.pp);
+  const double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.ranks());
   // A CPU pipeline's ranks share the cores, and how many compute changes through the
   // step (Note [shared-machine simulation]): each stage's dp x tp ranks compute
   // together, and a rank waiting in a receive or a collective takes kWaitingLoad of a
@@ -294,7 +293,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   };
   // A dp group spans dp x tp ranks (Note [rank grid]).
   auto dp_coll = [&](const char* op, double bytes) {
-    return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.dp * l.tp * l.pp);
+    return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.ranks());
   };
   if (l.dp > 1) {
     if (l.zero == 0) {

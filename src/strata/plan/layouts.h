@@ -22,6 +22,7 @@ struct Layout {
   std::string recompute = "none";
   int64_t micro_batch = 1;  // per rank
 
+  int64_t ranks() const { return dp * tp * pp; }
   // Its [parallel] and [memory] keys, and the micro-batch, set on cfg.
   void apply(Config& cfg) const;
   // The --section.key=value overrides that run it.
