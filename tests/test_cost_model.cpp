@@ -96,19 +96,23 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
               4 * (4 * (6 * ag + 4 * rs + 6 * param) + 2 * (ag + rs) + 3 * param + 3 * small),
               1e-9);
   // ZeRO-3 at dp=2 (no overlap): per micro-batch each block's unit gathered twice and
-  // reduced once, and the root (embeddings, norms, head) gathered and reduced once,
-  // as the trainer's counters show (Note [ZeRO]).
+  // reduced once (on Gloo by all-reduce), and the root (embeddings, norms, head)
+  // gathered and reduced once, as the trainer's counters show (Note [ZeRO]); and the
+  // copies around the reductions, 5 passes over the flat buffers and 3 over the
+  // shards (Note [ZeRO's copies]).
   Layout z3 = layout(2, 1, 1, 2, "1f1b");
   z3.zero = 3;
   const StepPrediction z = predict_step(s, z3, {"fp32", 8, 0.0}, hw);
   const ParameterCount pc = count_parameters(s);
   const double unit = 4.0 * static_cast<double>(pc.per_block);
   const double root = 4.0 * static_cast<double>(pc.outside_blocks);
+  const double bytes = 4.0 * static_cast<double>(pc.trainable);
   EXPECT_NEAR(z.dp_exposed_s,
               2 * (4 * (2 * hw.collective_seconds("all_gather", 2, unit) +
-                        hw.collective_seconds("reduce_scatter", 2, unit)) +
+                        hw.collective_seconds("all_reduce", 2, unit)) +
                    hw.collective_seconds("all_gather", 2, root) +
-                   hw.collective_seconds("reduce_scatter", 2, root)),
+                   hw.collective_seconds("all_reduce", 2, root)) +
+                  2 * (5 * bytes + 3 * bytes / 2) / 1e10,
               1e-9);
 }
 
@@ -189,16 +193,64 @@ TEST(CostModel, MeasuredContentionAndStepScaleStretchTheStep) {
   const StepPrediction free = predict_step(s, layout(1, 1, 4, 1, "gpipe"), o, hw);
   EXPECT_GT(pipe.compute_s, 1.5 * free.compute_s);
   EXPECT_LT(pipe.compute_s, 3.0 * free.compute_s) << "the bubble's idle ranks free cores";
-  // One micro-batch: one stage computes at a time while three wait, each a quarter of a
-  // computing rank's load (Note [shared-machine simulation]): the 1.75 ranks' slowdown,
-  // between 1 alone and 1.5 for two.
+  // One micro-batch: one stage computes at a time while three wait, each taking a
+  // millisecond's share of its mean action (Note [waiting ranks' load]): the slowdown
+  // of 1 + 3 x load ranks, between 1 alone and 1.5 for two.
   HardwareProfile sharing = hw;
   sharing.contention = {{2, 1.5}, {4, 3.0}};
   sharing.cores = 2;
   EXPECT_NEAR(sharing.compute_slowdown(1.75), 1.375, 1e-12);
   const CostOptions one{"fp32", 1, 0.0};
-  EXPECT_NEAR(predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, sharing).compute_s,
-              1.375 * predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, hw).compute_s, 1e-9);
+  auto waiting_load = [&](const HardwareProfile& h) {
+    const PartCosts c = predict_parts(s, layout(1, 1, 4, 1, "gpipe"), one, h);
+    // 4 stages of one block; the first and last add the embedding and the head.
+    const double actions = 4 * (c.block_forward + c.block_backward) + c.first_forward +
+                           c.first_backward + c.last_forward + c.last_backward;
+    return std::min(1.0, 1e-3 / (actions / 8));
+  };
+  for (const double rate : {1e12, 1e10}) {  // actions of about 0.1 ms, then of 10 ms
+    HardwareProfile fast = hw, shared = sharing;
+    fast.gemm["fp32"] = shared.gemm["fp32"] = {{1, 1 / rate}, {1e15, 1e15 / rate}};
+    const double load = waiting_load(fast);
+    EXPECT_NEAR(predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, shared).compute_s,
+                shared.compute_slowdown(1 + 3 * load) *
+                    predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, fast).compute_s,
+                1e-9)
+        << rate;
+    if (rate < 1e12) EXPECT_LT(load, 0.2) << "long actions: the waiting ranks sleep";
+  }
+}
+
+TEST(CostModel, ZeroPaysAUnitsCollectivesAndItsCopies) {
+  // Note [ZeRO collectives priced as issued]: on a link of pure latency, ZeRO-2 over 2
+  // ranks and 4 micro-batches reduces each of the 4 blocks and the root every
+  // micro-batch (Gloo: all-reduces) and gathers each once after the step; ZeRO-1
+  // reduces once.
+  const ModelSpec s = gpt(4, 1000);
+  const double latency = 1e-3;
+  HardwareProfile hw = flat(1e18, 0, latency);
+  hw.collectives["all_reduce"][2].latency_s = 2 * latency;  // Gloo reduces by all-reduce
+  const CostOptions o{"fp32", 8, 0.0};
+  Layout l = layout(2, 1, 1, 1, "1f1b");
+  l.zero = 2;
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, 4 * 5 * 2 * latency + 5 * latency, 1e-9);
+  l.zero = 1;
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, 5 * 2 * latency + 5 * latency, 1e-9);
+  // Note [ZeRO's copies]: with memory 10 GB/s and free links, ZeRO-2 on one rank (a
+  // group of one) pays 8 passes over the gradients per micro-batch (5 over the flat
+  // buffer, 3 over the shard: all of it here) and 4 after the step; plain training none.
+  hw = flat(1e18, 1e10, 0);
+  const double bytes = static_cast<double>(count_parameters(s).trainable) * 4;
+  Layout one = layout(1, 1, 1, 1, "1f1b");
+  EXPECT_EQ(predict_step(s, one, o, hw).dp_exposed_s, 0);
+  one.zero = 2;
+  EXPECT_NEAR(predict_step(s, one, o, hw).dp_exposed_s, (8 * (5 + 3) + 4) * bytes / 1e10, 1e-9);
+  // ZeRO-3 also gathers (a copy over one rank) each block twice and the root once.
+  one.zero = 3;
+  const ParameterCount pc = count_parameters(s);
+  const double blocks = static_cast<double>(pc.per_block * 4) * 4;
+  EXPECT_NEAR(predict_step(s, one, o, hw).dp_exposed_s,
+              8 * ((5 + 3) * bytes + 2 * (bytes + blocks)) / 1e10, 1e-9);
 }
 
 namespace {

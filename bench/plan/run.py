@@ -9,6 +9,15 @@ fit SIZE, and each run's tracked peak is checked against it (the largest mem_pea
 its steps: the highest rank's): none may exceed it. Run alone: a build beside it skews
 the figures.
 
+This machine's speed drifts (the same one-rank step measured 115 ms and 146 ms three
+hours apart), and a prediction is only as current as its profile. So the bench also
+runs an anchor, the calibration's own reference (the debug GPT data-parallel over every
+rank, micro-batch 4), before the first layout, after every --anchor-every layouts and
+after the last, and prints both errors: raw, and against the machine's speed at that
+moment (each prediction times the anchor's measured-over-predicted ratio, the mean of
+the anchors either side of it). The drift-corrected figures are what the cost model
+answers for; the raw ones say how far the machine moved since `strata calibrate`.
+
   python3 bench/plan/run.py [--nproc 4 --flavour debug --batch 16 --sample 12 --steps 8]
 """
 import argparse
@@ -51,6 +60,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--extra", default="", help="more --section.key=value for plan and train")
     p.add_argument("--device-memory", default="", help="a cap for plan (e.g. 96MiB), checked")
+    p.add_argument("--anchor-every", type=int, default=5,
+                   help="layouts between runs of the drift anchor; 0: no anchor")
     a = p.parse_args()
     common = [f"--model.flavour={a.flavour}", "--data.source=synthetic",
               f"--training.batch_size={a.batch}"] + a.extra.split()
@@ -63,30 +74,83 @@ def main():
     best_predicted = rows[0]
     chosen = rows if a.sample == 0 else [rows[0]] + random.Random(a.seed).sample(
         rows[1:], min(a.sample - 1, len(rows) - 1))
-    pred, meas, peaks = [], [], []
-    print(f"{a.flavour}, {a.nproc} ranks, batch {a.batch}: {len(rows)} layouts fit; running "
-          f"{len(chosen)} for {a.steps} steps each")
-    print(f"{'predicted ms':>12} {'measured ms':>12} {'error':>8}  layout")
-    for r in chosen:
+
+    def train(common_args, overrides):
+        """The median step (ms) after warm-up, and every step's record; None on failure."""
         with tempfile.TemporaryDirectory(prefix="strata-bench-plan-") as d:
             cmd = [a.strata, "train", "--nproc", str(a.nproc), f"--training.steps={a.steps}",
                    "--training.eval_interval=0", "--checkpoint.save_final=false",
-                   "--logging.progress=off", f"--logging.run_dir={d}"] + common + r["overrides"]
+                   "--logging.progress=off", f"--logging.run_dir={d}"] + common_args + overrides
             run = subprocess.run(cmd, capture_output=True, text=True)
             if run.returncode != 0:
-                print(f"{'':>12} {'failed':>12} {'':>8}  {r['layout']}: {run.stderr.strip()[-200:]}")
-                continue
-            all_recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
-            recs = all_recs[a.warmup:]
-        peaks.append((max(x["mem_peak_max"]["bytes"] for x in all_recs), r["peak_bytes"], r["layout"]))
-        m = statistics.median(x["step_ms"] for x in recs)
+                return None, run.stderr.strip()[-200:]
+            recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+        return statistics.median(x["step_ms"] for x in recs[a.warmup:]), recs
+
+    # The drift anchor: the calibration's reference step (Note [step calibration]).
+    anchor_common = ["--model.flavour=debug", "--data.source=synthetic",
+                     f"--training.batch_size={8 * a.nproc}"]
+    anchor_fix = {"parallel.dp": a.nproc, "parallel.tp": 1, "parallel.pp": 1, "parallel.zero": 0,
+                  "parallel.offload": "false", "memory.recompute": "none",
+                  "training.micro_batch_size": 4}
+    anchor_plan = [a.strata, "plan", "--nproc", str(a.nproc), "--top", "1", "--json",
+                   "--fix", ",".join(anchor_fix)] + anchor_common + [
+                       f"--{k}={v}" for k, v in anchor_fix.items()]
+    if a.profile:
+        anchor_plan += ["--profile", a.profile]
+    anchor = json.loads(subprocess.run(anchor_plan, check=True, capture_output=True,
+                                       text=True).stdout)[0]
+    anchors = []  # (index of the next layout, measured over predicted)
+
+    def run_anchor(at):
+        m, _ = train(anchor_common, anchor["overrides"])
+        if m is not None:
+            anchors.append((at, m / (anchor["step_s"] * 1e3)))
+            print(f"{'':>12} {m:12.1f} {'':>8}  anchor ({anchor['layout']}, predicted "
+                  f"{anchor['step_s'] * 1e3:.1f} ms): the machine at {anchors[-1][1]:.3f}x "
+                  f"the profile's speed")
+
+    pred, meas, peaks, at = [], [], [], []
+    print(f"{a.flavour}, {a.nproc} ranks, batch {a.batch}: {len(rows)} layouts fit; running "
+          f"{len(chosen)} for {a.steps} steps each")
+    print(f"{'predicted ms':>12} {'measured ms':>12} {'error':>8}  layout")
+    if a.anchor_every > 0:
+        run_anchor(0)
+    for i, r in enumerate(chosen):
+        m, recs = train(common, r["overrides"])
+        if m is None:
+            print(f"{'':>12} {'failed':>12} {'':>8}  {r['layout']}: {recs}")
+            continue
+        peaks.append((max(x["mem_peak_max"]["bytes"] for x in recs), r["peak_bytes"], r["layout"]))
         pr = r["step_s"] * 1e3
         pred.append(pr)
         meas.append(m)
+        at.append(i)
         print(f"{pr:12.1f} {m:12.1f} {100 * (pr - m) / m:7.1f}%  {r['layout']}")
+        if a.anchor_every > 0 and ((i + 1) % a.anchor_every == 0 or i + 1 == len(chosen)):
+            run_anchor(i + 1)
     errs = [abs(x - y) / y for x, y in zip(pred, meas)]
     print(f"layouts run: {len(meas)}; |error| median {100 * statistics.median(errs):.1f}%, "
           f"max {100 * max(errs):.1f}%; Spearman {spearman(pred, meas):.2f}")
+    # Each layout's speed factor: the mean of the anchors run just before and after it.
+    speed = []
+    for i in at:
+        before = [f for k, f in anchors if k <= i]
+        after = [f for k, f in anchors if k > i]
+        near = ([before[-1]] if before else []) + ([after[0]] if after else [])
+        speed.append(statistics.mean(near) if near else 1.0)
+    if anchors:
+        factors = [f for _, f in anchors]
+        fixed = [x * f for x, f in zip(pred, speed)]
+        ferrs = [abs(x - y) / y for x, y in zip(fixed, meas)]
+        print(f"drift anchor: {len(anchors)} runs, the machine at {min(factors):.3f}x to "
+              f"{max(factors):.3f}x the profile's speed")
+        print(f"against the machine's speed at each run: |error| median "
+              f"{100 * statistics.median(ferrs):.1f}%, max {100 * max(ferrs):.1f}%; Spearman "
+              f"{spearman(pred, [y / f for y, f in zip(meas, speed)]):.2f}")
+        worst = max(range(len(ferrs)), key=lambda k: ferrs[k])
+        print(f"  largest: {100 * (fixed[worst] - meas[worst]) / meas[worst]:+.1f}% "
+              f"({chosen[at[worst]]['layout']})")
     if a.device_memory:
         units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
         text = a.device_memory.lower()
@@ -105,6 +169,12 @@ def main():
     first = meas[0]
     print(f"predicted first ({best_predicted['layout']}) measures {first:.1f} ms, "
           f"{100 * (first - best) / best:.1f}% above the measured best of those run")
+    if anchors:
+        # The same, each measurement at the profile's speed (divided by its factor).
+        steady = [y / f for y, f in zip(meas, speed)]
+        k = min(range(len(steady)), key=lambda j: steady[j])
+        print(f"  at the profile's speed: {100 * (steady[0] - steady[k]) / steady[k]:.1f}% above "
+              f"the best ({chosen[at[k]]['layout']})")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,19 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   const double ops = hw.op_overhead_s;
   // Groups smaller than the world take its loaded fits (Note [collectives in a loaded
   // world]).
+  //
+  // Note [tensor-parallel waits, unpriced]: a tp group's ranks meet at every block's
+  // collectives, and one that a partner reaches late waits for it (its jitter, a
+  // partner off its core at 4 ranks on 2 cores, the threads' wake-ups), which the
+  // collectives timed after even slices of compute do not see. Two calibrations of it
+  // from a reference run with tp=2 were tried and dropped, both re-predicted on the
+  // same bench runs: as a tensor-parallel step scale (compute x 1.53-1.72 at 4 ranks
+  // against 1.22-1.26 for data parallelism) the debug GPT's and bert-debug's 4-rank
+  // rows improved (medians 10.6% and 15.1% to 9.3% and 6.0%) but the d384 GPT's tp
+  // layouts, which compute 5-10x longer between the same collectives, went up to 47%
+  // over (median 4.9% to 16.3%); as a fixed wait per collective (1.7 ms at 4 ranks) the
+  // debug GPT's micro-batch-1 and sequence-parallel layouts went up to 82% over. The
+  // wait grows with the compute before it but less than in proportion.
   auto coll = [&](const char* op, double bytes) {
     return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
@@ -241,21 +254,33 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   const double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.ranks());
   // A CPU pipeline's ranks share the cores, and how many compute changes through the
   // step (Note [shared-machine simulation]): each stage's dp x tp ranks compute
-  // together, and a rank waiting in a receive or a collective takes kWaitingLoad of a
-  // computing one's share. Before, one slowdown for the whole step (that of the ranks
+  // together, and a rank waiting in a receive or a collective takes a share of a
+  // computing one's load. Before, one slowdown for the whole step (that of the ranks
   // computing on average, a waiting one at half) priced GPipe with one or two
   // micro-batches 61-63% above measurement (one stage computes at a time: no
-  // contention) while 1F1B's steady state (all compute) came out below it. 0.25 is the
-  // waiting share that fits the 4-rank bench runs best; Gloo's waits sleep, but short
-  // ones still cost their wake-ups.
-  constexpr double kWaitingLoad = 0.25;
+  // contention) while 1F1B's steady state (all compute) came out below it.
+  //
+  // Note [waiting ranks' load]: a wait costs its rank CPU for about its first moments
+  // (Gloo's threads waking and polling), then sleeps, so the share is that cost over
+  // a wait's length, taken as the mean forward-or-backward action: kWaitCost / action.
+  // A fixed share of 0.25 (the best single value on the 4-rank bench) priced the d384
+  // GPT's pipelines, whose actions last 30-130 ms, 15-32% above measurement (a 1 ms
+  // wait cost: a share of 0.01-0.03 there) while the debug GPT's 7 ms actions want
+  // about that 0.25 (0.14 at 1 ms); re-predicted on the same 4-rank bench runs, the
+  // d384 row's median error went from 19.2% to 9.6% and its max from 35.3% to 23.7%,
+  // the debug GPT's and bert-debug's medians from 5.2% and 5.3% to 6.5% and 5.8%.
+  constexpr double kWaitCost = 1e-3;
+  double mean_action = 0;
+  for (size_t v = 0; v < fwd1.size(); ++v) mean_action += (fwd1[v] + bwd1[v]) / 2;
+  mean_action /= static_cast<double>(fwd1.size());
+  const double waiting_load = std::min(1.0, kWaitCost / std::max(mean_action, 1e-12));
   const bool shared = cpu && l.pp > 1;
   const double lockstep = static_cast<double>(l.dp * l.tp);
   const Simulation sim =
       shared ? simulate_shared(schedule, work,
                                [&](double computing) {
                                  const double busy = computing * lockstep;
-                                 return hw.compute_slowdown(busy + kWaitingLoad * (world - busy));
+                                 return hw.compute_slowdown(busy + waiting_load * (world - busy));
                                })
              : simulate_schedule(schedule, [&](int64_t rank, const Action& a) {
                  const ActionWork w = work(rank, a);
@@ -298,28 +323,65 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   if (l.dp > 1) {
     if (l.zero == 0) {
       p.dp_exposed_s = hidden(dp_coll("all_reduce", grad_bytes), last_backward);
-    } else if (l.zero <= 2) {
-      const double rs = dp_coll("reduce_scatter", grad_bytes);
-      const double per_step = l.zero == 2 ? static_cast<double>(m) * rs : rs;
-      p.dp_exposed_s = hidden(per_step, static_cast<double>(m) * last_backward) +
-                       dp_coll("all_gather", params * elem);
     } else {
-      // ZeRO-3: per block and micro-batch, gathers in forward and backward (a
-      // recomputed forward's gather serves its backward) and a reduce-scatter, behind
-      // the block's compute by prefetch; and the root unit (embeddings, norms, head:
-      // on a pipeline, the end stage's) gathered before each micro-batch's forward and
-      // reduced after its backward (Note [ZeRO]).
+      // Note [ZeRO collectives priced as issued]: ZeRO reduces and gathers unit by
+      // unit (each of this stage's blocks, then the root: embeddings, norms, head; on
+      // a pipeline, the end stage's), each its own collective, and on Gloo a unit's
+      // reduction is an all-reduce (Note [Gloo reductions]). Priced before as one
+      // reduce-scatter of all the gradients, a step paid one latency where it pays
+      // one per unit: ZeRO-2 at dp=2 came out 13-18% under measurement.
+      const char* reduce = hw.backend == "gloo" ? "all_reduce" : "reduce_scatter";
       const double unit = static_cast<double>(pc.per_block) * elem;
-      const double per_block = 2 * dp_coll("all_gather", unit) + dp_coll("reduce_scatter", unit);
       const double root =
           static_cast<double>(l.pp > 1 ? std::max(pc.first_stage, pc.last_stage + pc.tied_copy)
                                        : pc.outside_blocks) *
           elem;
-      const double comm = static_cast<double>(m) *
-                          (static_cast<double>(s.n_layer) / static_cast<double>(l.pp) * per_block +
-                           dp_coll("all_gather", root) + dp_coll("reduce_scatter", root));
-      p.dp_exposed_s = hidden(comm, p.compute_s);
+      const double blocks_here = static_cast<double>(s.n_layer) / static_cast<double>(l.pp);
+      const double reduce_units = blocks_here * dp_coll(reduce, unit) + dp_coll(reduce, root);
+      const double mb = static_cast<double>(m);
+      if (l.zero <= 2) {
+        // Stage 1 reduces after the last micro-batch only, stage 2 after each; both
+        // gather the updated shards unit by unit after the optimizer's step.
+        const double reductions = l.zero == 2 ? mb * reduce_units : reduce_units;
+        p.dp_exposed_s = hidden(reductions, (l.zero == 2 ? mb : 1.0) * last_backward) +
+                         blocks_here * dp_coll("all_gather", unit) + dp_coll("all_gather", root);
+      } else {
+        // ZeRO-3: per block and micro-batch, gathers in forward and backward (a
+        // recomputed forward's gather serves its backward) and a reduction, behind the
+        // block's compute by prefetch; the root gathered before each micro-batch's
+        // forward and reduced after its backward (Note [ZeRO]).
+        const double comm = mb * (reduce_units + 2 * blocks_here * dp_coll("all_gather", unit) +
+                                  dp_coll("all_gather", root));
+        p.dp_exposed_s = hidden(comm, p.compute_s);
+      }
     }
+  }
+  if (l.zero > 0) {
+    // Note [ZeRO's copies]: around its collectives ZeRO moves memory on the ranks'
+    // compute, at dp=1 too (a group of one skips the collective, not the copies). A
+    // reduction zeroes a flat buffer, copies the gradients in and divides it (5 passes
+    // over the unit's bytes), then adds this rank's shard into its gradient (3 over
+    // the shard); a gather over one rank copies the shard out (2). Stage 1 reduces once
+    // a step and divides in place; stages 1-2 gather once, after the optimizer; stage
+    // 3 reduces every micro-batch and gathers every block twice (forward and backward)
+    // and the root once. At one rank, micro-batch 1 (16 a step), ZeRO-2 and ZeRO-3
+    // measured 63 and 77 ms above plain training's 283 ms step, then priced at nothing;
+    // these passes price them at 66 and 85 ms.
+    const double bytes = params * elem, shard_bytes = bytes / dp;
+    const double gather = l.dp == 1 ? 2 * bytes : 0;  // Comm's group-of-one copy
+    const double mb = static_cast<double>(m);
+    double traffic = 0;
+    if (l.zero == 1) {
+      traffic = 2 * bytes + 2 * shard_bytes + 2 * shard_bytes + gather;
+    } else if (l.zero == 2) {
+      traffic = mb * (5 * bytes + 3 * shard_bytes) + 2 * shard_bytes + gather;
+    } else {
+      const double blocks_share = static_cast<double>(pc.per_block) *
+                                  static_cast<double>(s.n_layer) / static_cast<double>(l.pp) /
+                                  std::max(params, 1.0);
+      traffic = mb * (5 * bytes + 3 * shard_bytes + gather * (1 + std::min(blocks_share, 1.0)));
+    }
+    p.dp_exposed_s += slowdown * elementwise_seconds(hw, traffic);
   }
   const double shard = l.zero > 0 ? params / dp : params;
   // AdamW's update (the profile's kernel, else its traffic: parameter, gradient and two

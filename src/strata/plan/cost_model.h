@@ -40,7 +40,7 @@ struct StepPrediction {
   double recompute_s = 0;   // the extra forward
   double tp_comm_s = 0;     // tensor-parallel collectives on that rank
   double bubble_s = 0;      // the pipeline's idle time on that rank
-  double dp_exposed_s = 0;  // data-parallel communication not hidden by compute
+  double dp_exposed_s = 0;  // data-parallel communication not hidden by compute, and ZeRO's copies
   double optimizer_s = 0, offload_s = 0;
   double tokens_per_s = 0, mfu = 0;
 };

@@ -89,8 +89,8 @@ std::string step_time_section(const StepTimeComparison& c) {
      << "</td><td>" << measured("tp") << "</td></tr>\n"
      << "<tr><td>&nbsp;&nbsp;pipeline bubble (measured: send/recv waits)</td><td>" << ms(p.bubble_s)
      << "</td><td>" << measured("pp") << "</td></tr>\n"
-     << "<tr><td>data-parallel communication</td><td>" << ms(p.dp_exposed_s) << "</td><td>"
-     << measured("dp") << "</td></tr>\n"
+     << "<tr><td>data-parallel communication and ZeRO copies</td><td>" << ms(p.dp_exposed_s)
+     << "</td><td>" << measured("dp") << "</td></tr>\n"
      << "<tr><td>optimizer (and offload)</td><td>" << ms(p.optimizer_s + p.offload_s) << "</td><td>"
      << ms(c.optim_ms / 1e3) << "</td></tr>\n"
      << "</table>\n";
