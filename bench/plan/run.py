@@ -139,6 +139,8 @@ def main():
         after = [f for k, f in anchors if k > i]
         near = ([before[-1]] if before else []) + ([after[0]] if after else [])
         speed.append(statistics.mean(near) if near else 1.0)
+    # Each measurement at the profile's speed (divided by its factor).
+    steady = [y / f for y, f in zip(meas, speed)]
     if anchors:
         factors = [f for _, f in anchors]
         fixed = [x * f for x, f in zip(pred, speed)]
@@ -147,7 +149,7 @@ def main():
               f"{max(factors):.3f}x the profile's speed")
         print(f"against the machine's speed at each run: |error| median "
               f"{100 * statistics.median(ferrs):.1f}%, max {100 * max(ferrs):.1f}%; Spearman "
-              f"{spearman(pred, [y / f for y, f in zip(meas, speed)]):.2f}")
+              f"{spearman(pred, steady):.2f}")
         worst = max(range(len(ferrs)), key=lambda k: ferrs[k])
         print(f"  largest: {100 * (fixed[worst] - meas[worst]) / meas[worst]:+.1f}% "
               f"({chosen[at[worst]]['layout']})")
@@ -170,8 +172,6 @@ def main():
     print(f"predicted first ({best_predicted['layout']}) measures {first:.1f} ms, "
           f"{100 * (first - best) / best:.1f}% above the measured best of those run")
     if anchors:
-        # The same, each measurement at the profile's speed (divided by its factor).
-        steady = [y / f for y, f in zip(meas, speed)]
         k = min(range(len(steady)), key=lambda j: steady[j])
         print(f"  at the profile's speed: {100 * (steady[0] - steady[k]) / steady[k]:.1f}% above "
               f"the best ({chosen[at[k]]['layout']})")

@@ -320,6 +320,15 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   auto dp_coll = [&](const char* op, double bytes) {
     return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.ranks());
   };
+  // ZeRO's units: this stage's blocks and the root (embeddings, norms, head; on a
+  // pipeline, the end stage's).
+  const double unit = static_cast<double>(pc.per_block) * elem;
+  const double root =
+      static_cast<double>(l.pp > 1 ? std::max(pc.first_stage, pc.last_stage + pc.tied_copy)
+                                   : pc.outside_blocks) *
+      elem;
+  const double blocks_here = static_cast<double>(s.n_layer) / static_cast<double>(l.pp);
+  const double mb = static_cast<double>(m);
   if (l.dp > 1) {
     if (l.zero == 0) {
       p.dp_exposed_s = hidden(dp_coll("all_reduce", grad_bytes), last_backward);
@@ -331,20 +340,16 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       // reduce-scatter of all the gradients, a step paid one latency where it pays
       // one per unit: ZeRO-2 at dp=2 came out 13-18% under measurement.
       const char* reduce = hw.backend == "gloo" ? "all_reduce" : "reduce_scatter";
-      const double unit = static_cast<double>(pc.per_block) * elem;
-      const double root =
-          static_cast<double>(l.pp > 1 ? std::max(pc.first_stage, pc.last_stage + pc.tied_copy)
-                                       : pc.outside_blocks) *
-          elem;
-      const double blocks_here = static_cast<double>(s.n_layer) / static_cast<double>(l.pp);
-      const double reduce_units = blocks_here * dp_coll(reduce, unit) + dp_coll(reduce, root);
-      const double mb = static_cast<double>(m);
+      auto every_unit = [&](const char* op) {
+        return blocks_here * dp_coll(op, unit) + dp_coll(op, root);
+      };
+      const double reduce_units = every_unit(reduce);
       if (l.zero <= 2) {
         // Stage 1 reduces after the last micro-batch only, stage 2 after each; both
         // gather the updated shards unit by unit after the optimizer's step.
-        const double reductions = l.zero == 2 ? mb * reduce_units : reduce_units;
-        p.dp_exposed_s = hidden(reductions, (l.zero == 2 ? mb : 1.0) * last_backward) +
-                         blocks_here * dp_coll("all_gather", unit) + dp_coll("all_gather", root);
+        const double times = l.zero == 2 ? mb : 1.0;
+        p.dp_exposed_s =
+            hidden(times * reduce_units, times * last_backward) + every_unit("all_gather");
       } else {
         // ZeRO-3: per block and micro-batch, gathers in forward and backward (a
         // recomputed forward's gather serves its backward) and a reduction, behind the
@@ -369,17 +374,14 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     // these passes price them at 66 and 85 ms.
     const double bytes = params * elem, shard_bytes = bytes / dp;
     const double gather = l.dp == 1 ? 2 * bytes : 0;  // Comm's group-of-one copy
-    const double mb = static_cast<double>(m);
     double traffic = 0;
     if (l.zero == 1) {
       traffic = 2 * bytes + 2 * shard_bytes + 2 * shard_bytes + gather;
     } else if (l.zero == 2) {
       traffic = mb * (5 * bytes + 3 * shard_bytes) + 2 * shard_bytes + gather;
     } else {
-      const double blocks_share = static_cast<double>(pc.per_block) *
-                                  static_cast<double>(s.n_layer) / static_cast<double>(l.pp) /
-                                  std::max(params, 1.0);
-      traffic = mb * (5 * bytes + 3 * shard_bytes + gather * (1 + std::min(blocks_share, 1.0)));
+      const double blocks_share = std::min(blocks_here * unit / std::max(bytes, 1e-30), 1.0);
+      traffic = mb * (5 * bytes + 3 * shard_bytes + gather * (1 + blocks_share));
     }
     p.dp_exposed_s += slowdown * elementwise_seconds(hw, traffic);
   }
