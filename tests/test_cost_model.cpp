@@ -5,6 +5,7 @@
 
 #include "strata/plan/cost_model.h"
 #include "strata/plan/estimator.h"
+#include "strata/plan/measured_parts.h"
 #include "test_util.h"
 
 using namespace strata;
@@ -185,6 +186,20 @@ TEST(CostModel, MeasuredContentionAndStepScaleStretchTheStep) {
   EXPECT_NEAR(scaled.optimizer_s, 1.2 * shared.optimizer_s, 1e-9);
   EXPECT_NEAR(scaled.dp_exposed_s, shared.dp_exposed_s, 1e-12) << "collectives are not scaled";
   EXPECT_NEAR(scaled.step_s - shared.step_s, 0.2 * (shared.compute_s + shared.optimizer_s), 1e-9);
+  // Note [tensor-parallel step scale]: layouts with tp > 1 take the tensor-parallel
+  // reference's scale where the profile has one for their ranks; others keep theirs.
+  hw.tp_step_scale[2] = 1.8;
+  EXPECT_NEAR(predict_step(s, layout(2, 1, 1, 4, "1f1b"), o, hw).compute_s, scaled.compute_s,
+              1e-12);
+  const StepPrediction tp_plain = [&] {
+    HardwareProfile h = hw;
+    h.tp_step_scale.clear();
+    return predict_step(s, layout(1, 2, 1, 4, "1f1b"), o, h);
+  }();
+  const StepPrediction tp_scaled = predict_step(s, layout(1, 2, 1, 4, "1f1b"), o, hw);
+  EXPECT_NEAR(tp_scaled.compute_s, 1.5 * tp_plain.compute_s, 1e-9);
+  EXPECT_NEAR(tp_scaled.tp_comm_s, tp_plain.tp_comm_s, 1e-12) << "collectives are not scaled";
+  hw.tp_step_scale.clear();
   hw.step_scale.clear();
   hw.contention[4] = 3.0;
   const StepPrediction pipe = predict_step(s, layout(1, 1, 4, 1, "gpipe"), o, hw);
@@ -194,14 +209,16 @@ TEST(CostModel, MeasuredContentionAndStepScaleStretchTheStep) {
   EXPECT_GT(pipe.compute_s, 1.5 * free.compute_s);
   EXPECT_LT(pipe.compute_s, 3.0 * free.compute_s) << "the bubble's idle ranks free cores";
   // One micro-batch: one stage computes at a time while three wait, each taking a
-  // millisecond's share of its mean action (Note [waiting ranks' load]): the slowdown
-  // of 1 + 3 x load ranks, between 1 alone and 1.5 for two.
+  // millisecond's share of the simulated step's mean wait (Note [waiting ranks' load]):
+  // the slowdown of 1 + 3 x load ranks, between 1 alone and 1.5 for two. A stage waits
+  // for every stage before it (and after it, for the backward), so the mean wait is
+  // longer than the mean action and the load below 1 ms over the mean action.
   HardwareProfile sharing = hw;
   sharing.contention = {{2, 1.5}, {4, 3.0}};
   sharing.cores = 2;
   EXPECT_NEAR(sharing.compute_slowdown(1.75), 1.375, 1e-12);
   const CostOptions one{"fp32", 1, 0.0};
-  auto waiting_load = [&](const HardwareProfile& h) {
+  auto load_by_action = [&](const HardwareProfile& h) {
     const PartCosts c = predict_parts(s, layout(1, 1, 4, 1, "gpipe"), one, h);
     // 4 stages of one block; the first and last add the embedding and the head.
     const double actions = 4 * (c.block_forward + c.block_backward) + c.first_forward +
@@ -211,13 +228,18 @@ TEST(CostModel, MeasuredContentionAndStepScaleStretchTheStep) {
   for (const double rate : {1e12, 1e10}) {  // actions of about 0.1 ms, then of 10 ms
     HardwareProfile fast = hw, shared = sharing;
     fast.gemm["fp32"] = shared.gemm["fp32"] = {{1, 1 / rate}, {1e15, 1e15 / rate}};
-    const double load = waiting_load(fast);
-    EXPECT_NEAR(predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, shared).compute_s,
-                shared.compute_slowdown(1 + 3 * load) *
-                    predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, fast).compute_s,
-                1e-9)
-        << rate;
-    if (rate < 1e12) EXPECT_LT(load, 0.2) << "long actions: the waiting ranks sleep";
+    const double ratio = predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, shared).compute_s /
+                         predict_step(s, layout(1, 1, 4, 1, "gpipe"), one, fast).compute_s;
+    double lo = 1, hi = 4;  // the ranks' equivalent computing: invert the slowdown
+    for (int i = 0; i < 60; ++i)
+      (shared.compute_slowdown((lo + hi) / 2) < ratio ? lo : hi) = (lo + hi) / 2;
+    const double load = (lo - 1) / 3;
+    EXPECT_GT(load, 0) << rate;
+    EXPECT_LE(load, load_by_action(fast) + 1e-9) << rate;
+    if (rate < 1e12) {
+      EXPECT_LT(load, 0.75 * load_by_action(fast)) << "the waits outlast the actions";
+      EXPECT_LT(load, 0.2) << "long actions: the waiting ranks sleep";
+    }
   }
 }
 
@@ -291,4 +313,91 @@ TEST(CostModel, MegatronsPublishedLayoutsOnTheA100Datasheet) {
   EXPECT_NEAR(t175 / 138.0, 1.0, 0.15) << t175;
   EXPECT_NEAR(t1t / 163.0, 1.0, 0.15) << t1t;
   EXPECT_GT(t1t, t175);
+}
+
+TEST(CostModel, PartScalesStretchTheirPartsAtTheirMicroBatchOnly) {
+  // Note [measured parts]: a micro-batch's factors multiply its parts' compute, never
+  // their collectives, and leave other micro-batch sizes as the kernels price them.
+  const ModelSpec s = gpt(4, 1000);
+  const HardwareProfile hw = flat(1e9, 1e10);
+  Layout l = layout(1, 2, 1, 2, "1f1b");
+  l.recompute = "full";
+  CostOptions o{"fp32", 8, 0.0};
+  const PartCosts plain = predict_parts(s, l, o, hw);
+  o.part_scale[2] = {2.0, 3.0, 0.5};
+  const PartCosts scaled = predict_parts(s, l, o, hw);
+  EXPECT_DOUBLE_EQ(scaled.block_forward, 2 * plain.block_forward);
+  EXPECT_DOUBLE_EQ(scaled.block_backward, 2 * plain.block_backward);
+  EXPECT_DOUBLE_EQ(scaled.block_recompute, 2 * plain.block_recompute);
+  EXPECT_DOUBLE_EQ(scaled.first_forward + scaled.first_backward,
+                   3 * (plain.first_forward + plain.first_backward));
+  EXPECT_DOUBLE_EQ(scaled.last_backward, 0.5 * plain.last_backward);
+  EXPECT_GT(plain.block_tp_comm, 0);
+  EXPECT_EQ(scaled.block_tp_comm, plain.block_tp_comm);
+  EXPECT_EQ(scaled.last_tp_comm, plain.last_tp_comm);
+  l.micro_batch = 1;  // no factors for this size
+  EXPECT_EQ(predict_parts(s, l, o, hw).block_forward,
+            predict_parts(s, l, {"fp32", 8, 0.0}, hw).block_forward);
+  // And the step follows: its compute doubles where only blocks cost anything.
+  l.micro_batch = 2, l.tp = 1, l.recompute = "none";
+  const ModelSpec blocks_only = gpt(4, 4);
+  const HardwareProfile free_ends = flat(1e15, 0, 0);
+  CostOptions twice{"fp32", 8, 0.0};
+  twice.part_scale[2] = {2.0, 1.0, 1.0};
+  EXPECT_NEAR(predict_step(blocks_only, l, twice, free_ends).compute_s,
+              2 * predict_step(blocks_only, l, {"fp32", 8, 0.0}, free_ends).compute_s,
+              0.01 * predict_step(blocks_only, l, twice, free_ends).compute_s);
+}
+
+TEST(CostModel, PartScalesAreMeasuredOverPredictedOverTheReferences) {
+  PartCosts p;
+  p.block_forward = 1, p.block_backward = 2, p.first_forward = 0.5, p.first_backward = 0.5;
+  p.last_forward = 2, p.last_backward = 4;
+  StageCosts m;
+  m.block = {3.9, 3.9};  // 1.3x the predicted 3
+  m.first = 1.3, m.last = 6 * 1.3 * 2;
+  PartScale k = part_scale_of(m, p, 1.3);
+  EXPECT_NEAR(k.block, 1.0, 1e-12);
+  EXPECT_NEAR(k.first, 1.0, 1e-12);
+  EXPECT_NEAR(k.last, 2.0, 1e-12);
+  // Bounded, and a part measured as nothing (noise) keeps the kernels' price.
+  m.block = {300}, m.first = 0;
+  k = part_scale_of(m, p, 1.0);
+  EXPECT_EQ(k.block, 4.0);
+  EXPECT_EQ(k.first, 1.0);
+}
+
+TEST(CostModel, MeasuredPartsPriceTheReferenceModelAsItsKernelsDo) {
+  // The reference model at its micro-batch is priced as before (its step scale was
+  // fitted to it), however its parts split the time; another micro-batch gets factors
+  // of its own. Times the debug GPT's parts here for about 3 s.
+  ModelConfig mc;
+  mc.flavour = "debug";
+  const ModelSpec ref = resolve_model_spec(mc, DataShape{});
+  HardwareProfile hw = flat(1e9, 1e10);
+  hw.device = "cpu", hw.threads = 1;
+  hw.kernels["linear/fp32"] = {{1, 1e-12}, {1e15, 1e3}};
+  CostOptions o{"fp32", 8, 0.0};
+  ASSERT_TRUE(can_measure_parts(ref, o, hw));
+  o.part_scale = measure_part_scales(ref, {1, kReferenceMicroBatch}, o, hw);
+  ASSERT_EQ(o.part_scale.size(), 2u);
+  Layout l = layout(1, 1, 1, kReferenceMicroBatch, "1f1b");
+  auto whole = [&](const PartCosts& c) {
+    return static_cast<double>(ref.n_layer) * (c.block_forward + c.block_backward) +
+           c.first_forward + c.first_backward + c.last_forward + c.last_backward;
+  };
+  EXPECT_NEAR(whole(predict_parts(ref, l, o, hw)),
+              whole(predict_parts(ref, l, {"fp32", 8, 0.0}, hw)),
+              1e-9 * whole(predict_parts(ref, l, {"fp32", 8, 0.0}, hw)));
+  const PartScale one = o.part_scale.at(1);
+  for (const double f : {one.block, one.last}) {
+    EXPECT_GT(f, 0.25);
+    EXPECT_LT(f, 4.0);
+  }
+  // Not a calibrated CPU profile (a datasheet's GPU, or no kernels timed), or not fp32:
+  // nothing is timed.
+  HardwareProfile gpu = hw;
+  gpu.device = "cuda";
+  EXPECT_FALSE(can_measure_parts(ref, o, gpu));
+  EXPECT_FALSE(can_measure_parts(ref, {"bf16", 8, 0.0}, hw));
 }

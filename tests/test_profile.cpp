@@ -3,6 +3,8 @@
 // profiles/, and `strata calibrate` on this machine.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -105,9 +107,11 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   p.op_overhead_s = 4e-6;
   p.contention[2] = 1.1;
   p.step_scale[1] = 1.2;
+  p.tp_step_scale[4] = 1.6;
   p.loaded_collectives["all_gather"][4][2] = {7e-4, 1e9};
   const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
   EXPECT_EQ(q.loaded_collectives.at("all_gather").at(4).at(2).latency_s, 7e-4);
+  EXPECT_EQ(q.tp_step_scale.at(4), 1.6);
   EXPECT_EQ(profile_json(q), profile_json(p));
   auto error = [](const std::string& text) {
     try {
@@ -174,6 +178,15 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     EXPECT_GT(p.step_scale.at(g), 0.5) << g;
     EXPECT_LT(p.step_scale.at(g), 3.0) << g;
   }
+  // The tensor-parallel reference runs where 4 ranks outnumber the cores (Note
+  // [tensor-parallel step scale]).
+  if (std::thread::hardware_concurrency() < 4) {
+    ASSERT_EQ(p.tp_step_scale.count(4), 1u) << r.output;
+    EXPECT_GT(p.tp_step_scale.at(4), 0.5);
+    EXPECT_LT(p.tp_step_scale.at(4), 5.0);
+  } else {
+    EXPECT_TRUE(p.tp_step_scale.empty());
+  }
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
     ASSERT_TRUE(p.collectives.count(op) && p.collectives.at(op).count(2)) << op << "\n" << r.output;
     EXPECT_GT(p.collectives.at(op).at(2).bytes_per_s, 1e6) << op;
@@ -185,6 +198,17 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   }
   EXPECT_EQ(p.loaded_collectives.at("all_reduce").size(), 1u) << "only the 4-rank world divides";
   EXPECT_NE(r.output.find("profile: " + out), std::string::npos) << r.output;
+  // Planned on this machine's profile, the model's parts are timed here (Note [measured
+  // parts]) at each micro-batch planned; --no-measure prices from the profile alone.
+  const std::string plan = strata_bin() + " plan --nproc 2 --profile " + out +
+                           " --data.source=synthetic --training.batch_size=4 --top 1 ";
+  r = run(plan, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("timed the model's parts here"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" 2: "), std::string::npos) << "micro-batch 2 planned: " << r.output;
+  r = run(plan + "--no-measure", 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("timed the model's parts"), std::string::npos) << r.output;
   expect_one_error_line(strata_bin() + " calibrate --nproc 0", "--nproc 0 must be at least 1");
 }
 

@@ -3,7 +3,7 @@
 // the stage profile's way) and prints them beside predict_parts for the profile, so a
 // wrong term shows as one part's ratio rather than a whole step's.
 //
-//   strata_bench_plan_parts PROFILE FLAVOUR THREADS MB [MB ...]
+//   strata_bench_plan_parts PROFILE FLAVOUR[:D_MODEL:N_HEAD:N_LAYER] THREADS MB [MB ...]
 #include <ATen/Parallel.h>
 
 #include <cstdio>
@@ -26,7 +26,14 @@ int main(int argc, char** argv) {
   const HardwareProfile hw = load_profile(argv[1]);
   at::set_num_threads(std::stoi(argv[3]));
   ModelConfig mc;
-  mc.flavour = argv[2];
+  // FLAVOUR or FLAVOUR:D_MODEL:N_HEAD:N_LAYER (a wider model of the flavour's kind).
+  const std::string f = argv[2];
+  const auto colon = f.find(':');
+  mc.flavour = f.substr(0, colon);
+  if (colon != std::string::npos)
+    std::sscanf(f.c_str() + colon + 1, "%lld:%lld:%lld", reinterpret_cast<long long*>(&mc.d_model),
+                reinterpret_cast<long long*>(&mc.n_head),
+                reinterpret_cast<long long*>(&mc.n_layer));
   const ModelSpec spec = resolve_model_spec(mc, DataShape{});
   std::printf("%4s %10s %10s %6s %10s %10s %6s %10s %10s %6s\n", "mb", "block ms", "predicted",
               "ratio", "embed ms", "predicted", "ratio", "head ms", "predicted", "ratio");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "strata/plan/cost_model.h"
 #include "strata/plan/estimator.h"
 #include "strata/plan/layouts.h"
+#include "strata/plan/measured_parts.h"
 #include "strata/plan/plan.h"
 #include "strata/train/data/source.h"
 
@@ -55,9 +57,36 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
   const std::vector<Layout> layouts = enumerate_layouts(cfg, a.nproc, shape, a.fix);
   STRATA_CHECK(!layouts.empty(), "no layout of ", a.nproc, " ranks runs this model at batch ",
                cfg.training.batch_size, "; change training.batch_size or --nproc");
-  const CostOptions o = cost_options(cfg, hw);
+  CostOptions o = cost_options(cfg, hw);
+  ModelSpec spec = [&] {
+    Config c = cfg;
+    layouts.front().apply(c);
+    return plan_run(c, a.nproc, shape).spec;
+  }();
+  if (!a.no_measure && can_measure_parts(spec, o, hw)) {
+    std::vector<int64_t> mbs;
+    for (const Layout& l : layouts)
+      if (std::find(mbs.begin(), mbs.end(), l.micro_batch) == mbs.end())
+        mbs.push_back(l.micro_batch);
+    std::sort(mbs.begin(), mbs.end());
+    const auto t0 = std::chrono::steady_clock::now();
+    o.part_scale = measure_part_scales(spec, mbs, o, hw);
+    std::string line;
+    for (const auto& [mb, k] : o.part_scale) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), " %lld: %.2f/%.2f/%.2f;", static_cast<long long>(mb), k.block,
+                    k.first, k.last);
+      line += buf;
+    }
+    line.pop_back();
+    std::fprintf(stderr,
+                 "strata plan: timed the model's parts here (%.1f s; --no-measure skips); "
+                 "block/embedding/head against the kernels' sum, over the reference's, by "
+                 "micro-batch:%s\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 line.c_str());
+  }
   std::vector<Ranked> ranked;
-  ModelSpec spec;
   for (const Layout& l : layouts) {
     Config c = cfg;
     l.apply(c);

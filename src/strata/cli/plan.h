@@ -23,6 +23,9 @@ struct PlanArgs {
   // Train the first K predicted for a few steps each and rank them by measurement too.
   int64_t run_top = 0;
   int64_t run_steps = 6;
+  // On a calibrated CPU profile the model's parts are timed here (Note [measured
+  // parts]); this prices from the profile alone.
+  bool no_measure = false;
 };
 int run_plan(const PlanArgs& a, const std::string& self_exe = "");
 

@@ -40,6 +40,21 @@ constexpr double kBertHeadOps = 16;     // + the MLM transform's dense, GELU and
 constexpr double kTpHeadOps = 10;       // vocab-parallel loss: max, sum, target pick, masks
 constexpr double kEmbedOps = 6;         // lookups, positions, add (BERT: + types and a norm)
 constexpr double kDropoutBlockOps = 2;  // the stream's two dropouts
+
+// The mean length of a simulated step's waits: each rank's idle gaps between the end of
+// one action and the start of the next (Note [waiting ranks' load]).
+double mean_wait(const Simulation& sim) {
+  double idle = 0;
+  int64_t waits = 0;
+  for (const auto& line : sim.timeline) {
+    double t = 0;
+    for (const TimedAction& a : line) {
+      if (a.start > t * (1 + 1e-9) + 1e-12) idle += a.start - t, ++waits;
+      t = a.end;
+    }
+  }
+  return waits > 0 ? idle / static_cast<double>(waits) : 0.0;
+}
 }  // namespace
 
 PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& o,
@@ -63,18 +78,20 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // Groups smaller than the world take its loaded fits (Note [collectives in a loaded
   // world]).
   //
-  // Note [tensor-parallel waits, unpriced]: a tp group's ranks meet at every block's
+  // Note [tensor-parallel waits]: a tp group's ranks meet at every block's
   // collectives, and one that a partner reaches late waits for it (its jitter, a
-  // partner off its core at 4 ranks on 2 cores, the threads' wake-ups), which the
-  // collectives timed after even slices of compute do not see. Two calibrations of it
-  // from a reference run with tp=2 were tried and dropped, both re-predicted on the
-  // same bench runs: as a tensor-parallel step scale (compute x 1.53-1.72 at 4 ranks
-  // against 1.22-1.26 for data parallelism) the debug GPT's and bert-debug's 4-rank
-  // rows improved (medians 10.6% and 15.1% to 9.3% and 6.0%) but the d384 GPT's tp
-  // layouts, which compute 5-10x longer between the same collectives, went up to 47%
-  // over (median 4.9% to 16.3%); as a fixed wait per collective (1.7 ms at 4 ranks) the
-  // debug GPT's micro-batch-1 and sequence-parallel layouts went up to 82% over. The
-  // wait grows with the compute before it but less than in proportion.
+  // partner off its core when the ranks outnumber the cores, the threads' wake-ups),
+  // which the collectives timed after even slices of compute do not see. Priced as a
+  // fixed wait per collective (1.7 ms at 4 ranks) the debug GPT's micro-batch-1 and
+  // sequence-parallel layouts went up to 82% over. Priced as a stretch of compute, the
+  // tensor-parallel reference's step scale (Note [tensor-parallel step scale]), the
+  // d384 GPT's tp layouts first went up to 47% over, while it inherited the debug GPT's
+  // kernel error; with the parts timed (Note [measured parts]) the same stretch brought
+  // the last 4-rank bench runs' medians from 10.2-15.5% to 6.6-10.1% (maxima 20.8-75.0%
+  // to 16.6-27.6%, re-predicted). It is taken only where the ranks outnumber the cores:
+  // at 2 ranks on 2 cores the reference came out 1.44x the data-parallel one and put
+  // the tp layouts up to 47% over, which ran within a few percent of their prediction
+  // without it.
   auto coll = [&](const char* op, double bytes) {
     return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
@@ -175,6 +192,12 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
              : coll("all_reduce", bytes)) +
         3 * coll("all_reduce", N * 4);
   }
+  if (const auto it = o.part_scale.find(l.micro_batch); it != o.part_scale.end()) {
+    const PartScale& k = it->second;
+    c.block_forward *= k.block, c.block_backward *= k.block, c.block_recompute *= k.block;
+    c.first_forward *= k.first, c.first_backward *= k.first;
+    c.last_forward *= k.last, c.last_backward *= k.last;
+  }
   return c;
 }
 
@@ -251,7 +274,9 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // are calibrated inside a step already). On a CPU, with the contention, as one
   // slowdown of the ranks computing (Note [contention]).
   const bool cpu = hw.device == "cpu";
-  const double slowdown = cpu ? hw.compute_slowdown(world) : hw.step_scale_for(l.ranks());
+  const bool tp_layout = l.tp > 1;
+  const double slowdown =
+      cpu ? hw.compute_slowdown(world, tp_layout) : hw.step_scale_for(l.ranks(), tp_layout);
   // A CPU pipeline's ranks share the cores, and how many compute changes through the
   // step (Note [shared-machine simulation]): each stage's dp x tp ranks compute
   // together, and a rank waiting in a receive or a collective takes a share of a
@@ -261,31 +286,40 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // contention) while 1F1B's steady state (all compute) came out below it.
   //
   // Note [waiting ranks' load]: a wait costs its rank CPU for about its first moments
-  // (Gloo's threads waking and polling), then sleeps, so the share is that cost over
-  // a wait's length, taken as the mean forward-or-backward action: kWaitCost / action.
-  // A fixed share of 0.25 (the best single value on the 4-rank bench) priced the d384
-  // GPT's pipelines, whose actions last 30-130 ms, 15-32% above measurement (a 1 ms
-  // wait cost: a share of 0.01-0.03 there) while the debug GPT's 7 ms actions want
-  // about that 0.25 (0.14 at 1 ms); re-predicted on the same 4-rank bench runs, the
-  // d384 row's median error went from 19.2% to 9.6% and its max from 35.3% to 23.7%,
-  // the debug GPT's and bert-debug's medians from 5.2% and 5.3% to 6.5% and 5.8%.
+  // (Gloo's threads waking and polling), then sleeps, so the share is that cost over a
+  // wait's length. Taken as the mean forward-or-backward action, that length priced a
+  // pipeline with one slow stage (the debug GPT's 4 stages of one block, the last with
+  // the head: about 8.5 ms a micro-batch against 1.5 ms for the others) 70-75% over:
+  // the three fast stages wait through the slow one's actions, so they are far from
+  // computing 0.6 of the time. So the schedule is simulated twice: first with the mean
+  // action, then with the first simulation's mean wait (its ranks' idle gaps between
+  // actions); that layout went to 21-27% over, balanced pipelines moved by 0-6%. A
+  // fixed share of 0.25 had priced the d384 GPT's pipelines, whose actions last 30-130
+  // ms, 15-32% over; a 1 ms wait cost is a share of 0.01-0.03 there.
   constexpr double kWaitCost = 1e-3;
   double mean_action = 0;
   for (size_t v = 0; v < fwd1.size(); ++v) mean_action += (fwd1[v] + bwd1[v]) / 2;
   mean_action /= static_cast<double>(fwd1.size());
-  const double waiting_load = std::min(1.0, kWaitCost / std::max(mean_action, 1e-12));
   const bool shared = cpu && l.pp > 1;
   const double lockstep = static_cast<double>(l.dp * l.tp);
-  const Simulation sim =
-      shared ? simulate_shared(schedule, work,
-                               [&](double computing) {
-                                 const double busy = computing * lockstep;
-                                 return hw.compute_slowdown(busy + waiting_load * (world - busy));
-                               })
-             : simulate_schedule(schedule, [&](int64_t rank, const Action& a) {
-                 const ActionWork w = work(rank, a);
-                 return slowdown * w.compute + w.fixed;
-               });
+  auto shared_run = [&](double wait) {
+    const double waiting_load = std::min(1.0, kWaitCost / std::max(wait, 1e-12));
+    return simulate_shared(schedule, work, [&](double computing) {
+      const double busy = computing * lockstep;
+      return hw.compute_slowdown(busy + waiting_load * (world - busy), tp_layout);
+    });
+  };
+  Simulation sim;
+  if (shared) {
+    sim = shared_run(mean_action);
+    const double wait = mean_wait(sim);
+    if (wait > 0) sim = shared_run(wait);
+  } else {
+    sim = simulate_schedule(schedule, [&](int64_t rank, const Action& a) {
+      const ActionWork w = work(rank, a);
+      return slowdown * w.compute + w.fixed;
+    });
+  }
   STRATA_CHECK(sim.error.empty(), "the schedule deadlocks: ", sim.error);
 
   StepPrediction p;

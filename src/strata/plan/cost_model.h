@@ -1,6 +1,8 @@
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "strata/models/flavours.h"
 #include "strata/plan/layouts.h"
@@ -44,11 +46,21 @@ struct StepPrediction {
   double optimizer_s = 0, offload_s = 0;
   double tokens_per_s = 0, mfu = 0;
 };
+// Factors on a micro-batch's predicted parts (forward, backward, recompute; not their
+// collectives), from timing the model's own parts on this machine (Note [measured
+// parts]); 1 where nothing was timed.
+struct PartScale {
+  double block = 1, first = 1, last = 1;
+};
 struct CostOptions {
+  CostOptions() = default;
+  CostOptions(std::string precision_, int64_t batch_, double overlap_)
+      : precision(std::move(precision_)), batch(batch_), overlap(overlap_) {}
   std::string precision = "fp32";  // the run's memory.precision
   int64_t batch = 1;               // global batch (sequences)
   double overlap = 0.5;  // share of a collective hidden behind concurrent compute (Gloo on
                          // CPU shares the cores; about 0.9 with NCCL on a GPU)
+  std::map<int64_t, PartScale> part_scale;  // by micro-batch; empty: the kernels' sum alone
 };
 // One micro-batch's parts on one rank with the machine to itself (before the cores
 // are shared): a block, the first stage's embedding, the last stage's head and loss.

@@ -57,13 +57,19 @@ double HardwareProfile::compute_share(double ranks) const {
   return lo->second + (hi->second - lo->second) * (ranks - lo->first) / (hi->first - lo->first);
 }
 
-double HardwareProfile::step_scale_for(int64_t ranks) const {
+double HardwareProfile::step_scale_for(int64_t ranks, bool tp) const {
+  if (tp) {
+    auto it = tp_step_scale.upper_bound(ranks);
+    if (it != tp_step_scale.begin()) return std::prev(it)->second;
+  }
   auto it = step_scale.upper_bound(ranks);
   return it == step_scale.begin() ? 1.0 : std::prev(it)->second;
 }
 
-double HardwareProfile::compute_slowdown(double ranks) const {
-  auto at = [&](int64_t g) { return compute_share(static_cast<double>(g)) * step_scale_for(g); };
+double HardwareProfile::compute_slowdown(double ranks, bool tp) const {
+  auto at = [&](int64_t g) {
+    return compute_share(static_cast<double>(g)) * step_scale_for(g, tp);
+  };
   ranks = std::max(1.0, ranks);
   const auto lo = static_cast<int64_t>(std::floor(ranks));
   const double frac = ranks - static_cast<double>(lo);
@@ -162,6 +168,7 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"op_overhead_s", p.op_overhead_s},
           {"contention", by_ranks_json(p.contention)},
           {"step_scale", by_ranks_json(p.step_scale)},
+          {"tp_step_scale", by_ranks_json(p.tp_step_scale)},
           {"collectives", coll},
           {"loaded_collectives", loaded},
           {"intra_node", link(p.intra_node)},
@@ -277,6 +284,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   read_factors(j, "contention", 1.0, where, p.contention);  // a slowdown
   read_factors(j, "step_scale", 0.5, where,
                p.step_scale);  // calibrate's floor (Note [step calibration])
+  read_factors(j, "tp_step_scale", 0.5, where, p.tp_step_scale);
   read_fits(j, "collectives", where, p.collectives);
   read_loaded_fits(j, "loaded_collectives", where, p.loaded_collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);

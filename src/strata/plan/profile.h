@@ -60,6 +60,9 @@ struct HardwareProfile {
   // Measured steps of a reference model over predicted ones, by ranks (Note [step
   // calibration]); group sizes not measured take the nearest below (1 when none).
   std::map<int64_t, double> step_scale;
+  // The same from a tensor-parallel reference run (tp=2), for layouts with tp > 1
+  // (Note [tensor-parallel step scale]); empty: step_scale.
+  std::map<int64_t, double> tp_step_scale;
   double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
   double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
 
@@ -74,12 +77,12 @@ struct HardwareProfile {
   // sizes (one rank: 1), else (ranks x threads / cores) when that exceeds 1.
   double compute_share(double ranks) const;
   // The step scale for `ranks` ranks: the nearest measured size below, 1 when none.
-  double step_scale_for(int64_t ranks) const;
+  double step_scale_for(int64_t ranks, bool tp = false) const;
   // CPU profiles: what stretches each rank's compute with `ranks` ranks computing (a
   // fraction when some wait), the trainer's own work included: the contention times
   // the step scale at each whole number of ranks, linear between them (Note [step
   // calibration]: the product is what a reference run measures, steadier than either).
-  double compute_slowdown(double ranks) const;
+  double compute_slowdown(double ranks, bool tp = false) const;
   // The highest measured rate (FLOP/s), the peak MFU is reported against.
   double peak_flops(const std::string& dtype) const;
   // Seconds of one collective over `group` ranks on `bytes` per rank: the measured fit

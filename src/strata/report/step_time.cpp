@@ -8,6 +8,7 @@
 #include "strata/core/errors.h"
 #include "strata/core/stats.h"
 #include "strata/plan/layouts.h"
+#include "strata/plan/measured_parts.h"
 #include "strata/plan/profile.h"
 #include "strata/report/svg.h"
 
@@ -48,7 +49,13 @@ StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate
   }
   try {
     const HardwareProfile hw = load_profile(c.profile);
-    c.predicted = predict_step(spec, Layout::of(cfg, dp, tp, pp), cost_options(cfg, hw), hw);
+    const Layout l = Layout::of(cfg, dp, tp, pp);
+    CostOptions o = cost_options(cfg, hw);
+    if (can_measure_parts(spec, o, hw)) {
+      o.part_scale = measure_part_scales(spec, {l.micro_batch}, o, hw);
+      c.parts_timed = true;
+    }
+    c.predicted = predict_step(spec, l, o, hw);
   } catch (const Error& e) {
     c.why_not = e.what();
     c.profile.clear();
@@ -75,8 +82,10 @@ std::string step_time_section(const StepTimeComparison& c) {
     return it == c.comm_ms.end() ? std::string("—") : ms(it->second / 1e3);
   };
   os << "<p>The cost model's step for this layout on <code>" << html_escape(c.profile)
-     << "</code> (Note [step time in the report]): measured times of collectives include "
-        "what overlaps compute; predicted ones are what is exposed.</p>\n"
+     << "</code> (Note [step time in the report])"
+     << (c.parts_timed ? ", the model's parts timed on this machine (Note [measured parts])" : "")
+     << ": measured times of collectives include what overlaps compute; predicted ones are "
+        "what is exposed.</p>\n"
      << "<table><tr><th>term</th><th>predicted ms</th><th>measured ms</th></tr>\n"
      << "<tr><td>step</td><td>" << ms(p.step_s) << "</td><td>" << ms(c.step_ms / 1e3)
      << "</td></tr>\n"

@@ -48,32 +48,43 @@ class TimedPart {
 };
 }  // namespace
 
-StageCosts profile_stage_costs(const ModelSpec& spec, int64_t micro_batch, at::Device device,
-                               int repeats) {
-  STRATA_CHECK(spec.family == Family::kGpt || spec.family == Family::kBert, spec.flavour,
-               " has no transformer blocks to balance over pipeline stages; use parallel.pp=1");
+std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& models,
+                                            at::Device device, int repeats) {
   STRATA_CHECK(repeats >= 1, "profile repeats must be at least 1");
-  ModelSpec one = spec;
-  one.n_layer = 1;
   std::vector<TimedPart> parts;
-  parts.emplace_back(one, StageInfo{0, 1, false, false}, micro_batch, device);  // a block
-  parts.emplace_back(one, StageInfo{0, 1, true, false}, micro_batch, device);   // + embedding
-  parts.emplace_back(one, StageInfo{0, 1, false, true}, micro_batch, device);   // + head, loss
+  for (const auto& [spec, micro_batch] : models) {
+    STRATA_CHECK(spec.family == Family::kGpt || spec.family == Family::kBert, spec.flavour,
+                 " has no transformer blocks to balance over pipeline stages; use parallel.pp=1");
+    ModelSpec one = spec;
+    one.n_layer = 1;
+    parts.emplace_back(one, StageInfo{0, 1, false, false}, micro_batch, device);  // a block
+    parts.emplace_back(one, StageInfo{0, 1, true, false}, micro_batch, device);   // + embedding
+    parts.emplace_back(one, StageInfo{0, 1, false, true}, micro_batch, device);   // + head, loss
+  }
   // Round-robin, so that a change of load while profiling (other processes on the
-  // machine) shifts all three alike rather than one difference. Pass 0 warms up.
+  // machine) shifts all parts alike rather than one difference. Pass 0 warms up.
   std::vector<std::vector<double>> times(parts.size());
   for (int i = 0; i <= repeats; ++i)
     for (size_t p = 0; p < parts.size(); ++p) {
       const double t = parts[p].once();
       if (i > 0) times[p].push_back(t);
     }
-  const double block = std::max(median(times[0]), 1e-9);
-  StageCosts c;
-  c.block.assign(static_cast<size_t>(spec.n_layer), block);
-  // Noise can still make a difference negative; an end part costs at least nothing.
-  c.first = std::max(median(times[1]) - block, 0.0);
-  c.last = std::max(median(times[2]) - block, 0.0);
-  return c;
+  std::vector<StageCosts> out;
+  for (size_t m = 0; m < models.size(); ++m) {
+    const double block = std::max(median(times[3 * m]), 1e-9);
+    StageCosts c;
+    c.block.assign(static_cast<size_t>(models[m].first.n_layer), block);
+    // Noise can still make a difference negative; an end part costs at least nothing.
+    c.first = std::max(median(times[3 * m + 1]) - block, 0.0);
+    c.last = std::max(median(times[3 * m + 2]) - block, 0.0);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+StageCosts profile_stage_costs(const ModelSpec& spec, int64_t micro_batch, at::Device device,
+                               int repeats) {
+  return profile_stage_costs({{spec, micro_batch}}, device, repeats).front();
 }
 
 }  // namespace strata

@@ -2,6 +2,8 @@
 #include <ATen/Device.h>
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "strata/models/flavours.h"
 #include "strata/parallel/pipeline/partition.h"
@@ -19,5 +21,10 @@ namespace strata {
 // every rank agree (one set of costs, or the partitions would differ).
 StageCosts profile_stage_costs(const ModelSpec& spec, int64_t micro_batch, at::Device device,
                                int repeats = 3);
+// Several models or micro-batches (each with its own costs) timed in one round-robin,
+// so that the machine's speed changing over the run moves them all alike.
+using PartsToTime = std::pair<ModelSpec, int64_t>;  // a model and its micro-batch
+std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& models,
+                                            at::Device device, int repeats);
 
 }  // namespace strata

@@ -1,0 +1,115 @@
+#include "strata/plan/measured_parts.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "strata/memory/process_memory.h"
+#include "strata/parallel/pipeline/profile.h"
+
+namespace strata {
+
+// Note [measured parts]: the kernels' sum misprices some models against others, and
+// the reference run's step scale (Note [step calibration]), fitted on the debug GPT,
+// carries the debug GPT's error to every model. Timed alone one rank at a time (one
+// thread), the debug GPT's block at micro-batch 4 ran 1.32x its kernels' sum (its
+// attention's 24-wide heads run well below the calibrated 32-wide ones' rate) while
+// the d384 GPT's ran 1.04x; at micro-batch 1 the d384 block ran 1.23x (its 7 MB of
+// weights are re-read every micro-batch, which the linear curve, timed with one
+// weight kept in cache, leaves out) and at 8 0.99x. So the d384 GPT inherited a 1.25x
+// scale where it needed about 1.0 (1-rank runs measured 8.8% over at micro-batch 4 and
+// 6.6% under at 1). On a calibrated CPU profile `strata plan` therefore times the
+// model's own parts (the pipeline's stage profile: a block, the embedding, the head
+// and loss, forward and backward) at each micro-batch it plans, and the reference
+// model's at its micro-batch, and scales each predicted part by its measured over
+// predicted ratio divided by the reference's whole-model ratio: the reference itself
+// is then priced as before (the step scale still fits it), and another model or
+// micro-batch by how far it differs from the reference. Both are timed at the same
+// moment, so the machine's speed at planning cancels out of the ratio.
+namespace {
+// The parts of every micro-batch planned and of the reference are timed in one
+// round-robin (so that the machine's speed, which moves by a tenth within seconds here,
+// moves them all alike) for about this long, at least 5 rounds after a first one that
+// warms up and sizes the run. Timed one micro-batch after another for a second each,
+// the debug GPT's block at micro-batch 8 came out 1.04x, 0.83x and 0.86x of the
+// reference in three plans a minute apart.
+constexpr double kTimedSeconds = 3.0;
+
+PartCosts predicted_at(const ModelSpec& spec, int64_t micro_batch, const CostOptions& o,
+                       const HardwareProfile& hw) {
+  Layout l;
+  l.micro_batch = micro_batch;
+  CostOptions plain = o;
+  plain.part_scale.clear();
+  return predict_parts(spec, l, plain, hw);
+}
+
+double whole(const ModelSpec& spec, double block, double first, double last) {
+  return static_cast<double>(spec.n_layer) * block + first + last;
+}
+}  // namespace
+
+bool can_measure_parts(const ModelSpec& spec, const CostOptions& o, const HardwareProfile& hw) {
+  return hw.device == "cpu" && !hw.kernels.empty() && o.precision == "fp32" &&
+         is_language_model(spec.family);
+}
+
+PartScale part_scale_of(const StageCosts& m, const PartCosts& p, double reference_ratio) {
+  // A part's factor is bounded: the embedding's difference of two timings is tiny and
+  // noisy, and no sane measurement is a quarter or four times the kernels' sum.
+  auto ratio = [&](double measured, double predicted) {
+    if (predicted <= 0 || measured <= 0) return 1.0;
+    return std::clamp(measured / predicted / reference_ratio, 0.25, 4.0);
+  };
+  return {ratio(m.block.at(0), p.block_forward + p.block_backward),
+          ratio(m.first, p.first_forward + p.first_backward),
+          ratio(m.last, p.last_forward + p.last_backward)};
+}
+
+std::map<int64_t, PartScale> measure_part_scales(const ModelSpec& spec,
+                                                 const std::vector<int64_t>& micro_batches,
+                                                 const CostOptions& o, const HardwareProfile& hw) {
+  // As the trainer runs them: hw's threads per rank, and freed blocks kept for reuse
+  // (without, the heap's history decided whether the head's logits were re-faulted:
+  // the debug GPT's head at micro-batch 4 timed 34 or 51 ms in two plans for 2 and 1
+  // ranks).
+  keep_freed_host_memory();
+  const int threads = at::get_num_threads();
+  at::set_num_threads(static_cast<int>(std::max<int64_t>(1, hw.threads)));
+  ModelConfig rc;
+  rc.flavour = "debug";
+  const ModelSpec ref = resolve_model_spec(rc, DataShape{});
+  const bool is_ref = ref.family == spec.family && ref.d_model == spec.d_model &&
+                      ref.n_layer == spec.n_layer && ref.n_head == spec.n_head &&
+                      ref.seq_len == spec.seq_len && ref.vocab_size == spec.vocab_size &&
+                      ref.dropout == spec.dropout && ref.vocab_multiple == spec.vocab_multiple &&
+                      ref.tied_embedding == spec.tied_embedding;
+  std::vector<PartsToTime> jobs;
+  for (const int64_t mb : micro_batches) jobs.push_back({spec, mb});
+  // The reference model is the planned one, or timed beside it.
+  const auto own = std::find(micro_batches.begin(), micro_batches.end(), kReferenceMicroBatch);
+  const size_t ref_at = is_ref && own != micro_batches.end()
+                            ? static_cast<size_t>(own - micro_batches.begin())
+                            : jobs.size();
+  if (ref_at == jobs.size()) jobs.push_back({ref, kReferenceMicroBatch});
+  double round = 0;
+  for (const StageCosts& c : profile_stage_costs(jobs, at::kCPU, 1))
+    round += 3 * c.block.at(0) + c.first + c.last;
+  const int repeats =
+      static_cast<int>(std::clamp(kTimedSeconds / std::max(round, 1e-6), 5.0, 200.0));
+  const std::vector<StageCosts> timed = profile_stage_costs(jobs, at::kCPU, repeats);
+  const StageCosts& rm = timed[ref_at];
+  at::set_num_threads(threads);
+  const PartCosts rp = predicted_at(ref, kReferenceMicroBatch, o, hw);
+  const double ref_ratio =
+      whole(ref, rm.block.at(0), rm.first, rm.last) /
+      whole(ref, rp.block_forward + rp.block_backward, rp.first_forward + rp.first_backward,
+            rp.last_forward + rp.last_backward);
+  std::map<int64_t, PartScale> out;
+  for (size_t i = 0; i < micro_batches.size(); ++i)
+    out[micro_batches[i]] =
+        part_scale_of(timed[i], predicted_at(spec, micro_batches[i], o, hw), ref_ratio);
+  return out;
+}
+
+}  // namespace strata
