@@ -379,8 +379,13 @@ TEST(CostModel, MeasuredPartsPriceTheReferenceModelAsItsKernelsDo) {
   hw.kernels["linear/fp32"] = {{1, 1e-12}, {1e15, 1e3}};
   CostOptions o{"fp32", 8, 0.0};
   ASSERT_TRUE(can_measure_parts(ref, o, hw));
-  o.part_scale = measure_part_scales(ref, {1, kReferenceMicroBatch}, o, hw);
-  ASSERT_EQ(o.part_scale.size(), 2u);
+  // Micro-batch 4096's round would take seconds: it takes micro-batch 4's factors.
+  const MeasuredParts parts = measure_part_scales(ref, {1, kReferenceMicroBatch, 4096}, o, hw);
+  EXPECT_EQ(parts.largest_timed, kReferenceMicroBatch);
+  o.part_scale = parts.scale;
+  ASSERT_EQ(o.part_scale.size(), 3u);
+  EXPECT_EQ(o.part_scale.at(4096).block, o.part_scale.at(kReferenceMicroBatch).block);
+  EXPECT_EQ(o.part_scale.at(4096).last, o.part_scale.at(kReferenceMicroBatch).last);
   Layout l = layout(1, 1, 1, kReferenceMicroBatch, "1f1b");
   auto whole = [&](const PartCosts& c) {
     return static_cast<double>(ref.n_layer) * (c.block_forward + c.block_backward) +
@@ -394,6 +399,13 @@ TEST(CostModel, MeasuredPartsPriceTheReferenceModelAsItsKernelsDo) {
     EXPECT_GT(f, 0.25);
     EXPECT_LT(f, 4.0);
   }
+  // A model too large to time at any of its micro-batches (gpt2-1.5b: a round of its
+  // parts is over a second here) gets no factors, and builds nothing.
+  mc.flavour = "gpt2-1.5b";
+  const MeasuredParts none =
+      measure_part_scales(resolve_model_spec(mc, DataShape{}), {1, 2}, o, hw);
+  EXPECT_EQ(none.largest_timed, 0);
+  EXPECT_TRUE(none.scale.empty());
   // Not a calibrated CPU profile (a datasheet's GPU, or no kernels timed), or not fp32:
   // nothing is timed.
   HardwareProfile gpu = hw;

@@ -70,21 +70,30 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
         mbs.push_back(l.micro_batch);
     std::sort(mbs.begin(), mbs.end());
     const auto t0 = std::chrono::steady_clock::now();
-    o.part_scale = measure_part_scales(spec, mbs, o, hw);
+    const MeasuredParts parts = measure_part_scales(spec, mbs, o, hw);
+    o.part_scale = parts.scale;
     std::string line;
     for (const auto& [mb, k] : o.part_scale) {
+      if (mb > parts.largest_timed) break;
       char buf[96];
       std::snprintf(buf, sizeof(buf), " %lld: %.2f/%.2f/%.2f;", static_cast<long long>(mb), k.block,
                     k.first, k.last);
       line += buf;
     }
-    line.pop_back();
-    std::fprintf(stderr,
-                 "strata plan: timed the model's parts here (%.1f s; --no-measure skips); "
-                 "block/embedding/head against the kernels' sum, over the reference's, by "
-                 "micro-batch:%s\n",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                 line.c_str());
+    if (parts.largest_timed == 0)
+      std::fprintf(stderr,
+                   "strata plan: the model's parts are too large to time here; priced from "
+                   "the profile alone\n");
+    else
+      std::fprintf(stderr,
+                   "strata plan: timed the model's parts here (%.1f s; --no-measure skips); "
+                   "block/embedding/head against the kernels' sum, over the reference's, by "
+                   "micro-batch:%s%s\n",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   line.substr(0, line.size() - 1).c_str(),
+                   parts.largest_timed < mbs.back()
+                       ? c10::str(" (larger ones take ", parts.largest_timed, "'s)").c_str()
+                       : "");
   }
   std::vector<Ranked> ranked;
   for (const Layout& l : layouts) {

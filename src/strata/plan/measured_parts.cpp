@@ -34,6 +34,22 @@ namespace {
 // the debug GPT's block at micro-batch 8 came out 1.04x, 0.83x and 0.86x of the
 // reference in three plans a minute apart.
 constexpr double kTimedSeconds = 3.0;
+// Only micro-batches whose round (three blocks, the embedding and the head, forward and
+// backward) the kernels price under this are timed: planning a large model on a CPU
+// profile must not build a block at a micro-batch of hundreds of sequences. Larger
+// ones take the factors of the largest timed (a rate that has stopped growing).
+constexpr double kMaxRoundSeconds = 1.0;
+
+// Restores the intra-op threads however the timing ends.
+struct ThreadsFor {
+  explicit ThreadsFor(int64_t n) : saved(at::get_num_threads()) {
+    at::set_num_threads(static_cast<int>(std::max<int64_t>(1, n)));
+  }
+  ~ThreadsFor() { at::set_num_threads(saved); }
+  ThreadsFor(const ThreadsFor&) = delete;
+  ThreadsFor& operator=(const ThreadsFor&) = delete;
+  int saved;
+};
 
 PartCosts predicted_at(const ModelSpec& spec, int64_t micro_batch, const CostOptions& o,
                        const HardwareProfile& hw) {
@@ -66,16 +82,24 @@ PartScale part_scale_of(const StageCosts& m, const PartCosts& p, double referenc
           ratio(m.last, p.last_forward + p.last_backward)};
 }
 
-std::map<int64_t, PartScale> measure_part_scales(const ModelSpec& spec,
-                                                 const std::vector<int64_t>& micro_batches,
-                                                 const CostOptions& o, const HardwareProfile& hw) {
+MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64_t>& micro_batches,
+                                  const CostOptions& o, const HardwareProfile& hw) {
+  auto round_of = [](const PartCosts& p) {
+    return 3 * (p.block_forward + p.block_backward) + p.first_forward + p.first_backward +
+           p.last_forward + p.last_backward;
+  };
+  std::vector<int64_t> timed_mbs;
+  for (const int64_t mb : micro_batches)
+    if (round_of(predicted_at(spec, mb, o, hw)) <= kMaxRoundSeconds) timed_mbs.push_back(mb);
+  std::sort(timed_mbs.begin(), timed_mbs.end());
+  MeasuredParts out;
+  if (timed_mbs.empty()) return out;
   // As the trainer runs them: hw's threads per rank, and freed blocks kept for reuse
   // (without, the heap's history decided whether the head's logits were re-faulted:
   // the debug GPT's head at micro-batch 4 timed 34 or 51 ms in two plans for 2 and 1
   // ranks).
   keep_freed_host_memory();
-  const int threads = at::get_num_threads();
-  at::set_num_threads(static_cast<int>(std::max<int64_t>(1, hw.threads)));
+  const ThreadsFor threads(hw.threads);
   ModelConfig rc;
   rc.flavour = "debug";
   const ModelSpec ref = resolve_model_spec(rc, DataShape{});
@@ -85,12 +109,11 @@ std::map<int64_t, PartScale> measure_part_scales(const ModelSpec& spec,
                       ref.dropout == spec.dropout && ref.vocab_multiple == spec.vocab_multiple &&
                       ref.tied_embedding == spec.tied_embedding;
   std::vector<PartsToTime> jobs;
-  for (const int64_t mb : micro_batches) jobs.push_back({spec, mb});
+  for (const int64_t mb : timed_mbs) jobs.push_back({spec, mb});
   // The reference model is the planned one, or timed beside it.
-  const auto own = std::find(micro_batches.begin(), micro_batches.end(), kReferenceMicroBatch);
-  const size_t ref_at = is_ref && own != micro_batches.end()
-                            ? static_cast<size_t>(own - micro_batches.begin())
-                            : jobs.size();
+  const auto own = std::find(timed_mbs.begin(), timed_mbs.end(), kReferenceMicroBatch);
+  const size_t ref_at =
+      is_ref && own != timed_mbs.end() ? static_cast<size_t>(own - timed_mbs.begin()) : jobs.size();
   if (ref_at == jobs.size()) jobs.push_back({ref, kReferenceMicroBatch});
   double round = 0;
   for (const StageCosts& c : profile_stage_costs(jobs, at::kCPU, 1))
@@ -99,16 +122,17 @@ std::map<int64_t, PartScale> measure_part_scales(const ModelSpec& spec,
       static_cast<int>(std::clamp(kTimedSeconds / std::max(round, 1e-6), 5.0, 200.0));
   const std::vector<StageCosts> timed = profile_stage_costs(jobs, at::kCPU, repeats);
   const StageCosts& rm = timed[ref_at];
-  at::set_num_threads(threads);
   const PartCosts rp = predicted_at(ref, kReferenceMicroBatch, o, hw);
   const double ref_ratio =
       whole(ref, rm.block.at(0), rm.first, rm.last) /
       whole(ref, rp.block_forward + rp.block_backward, rp.first_forward + rp.first_backward,
             rp.last_forward + rp.last_backward);
-  std::map<int64_t, PartScale> out;
-  for (size_t i = 0; i < micro_batches.size(); ++i)
-    out[micro_batches[i]] =
-        part_scale_of(timed[i], predicted_at(spec, micro_batches[i], o, hw), ref_ratio);
+  for (size_t i = 0; i < timed_mbs.size(); ++i)
+    out.scale[timed_mbs[i]] =
+        part_scale_of(timed[i], predicted_at(spec, timed_mbs[i], o, hw), ref_ratio);
+  out.largest_timed = timed_mbs.back();
+  for (const int64_t mb : micro_batches)
+    if (!out.scale.count(mb)) out.scale[mb] = out.scale.at(out.largest_timed);
   return out;
 }
 

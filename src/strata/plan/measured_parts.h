@@ -21,10 +21,15 @@ bool can_measure_parts(const ModelSpec& spec, const CostOptions& o, const Hardwa
 
 // Times spec's block, embedding and head at each micro-batch on this machine (hw's
 // threads per rank) and returns the factors that bring the kernels' sum to them,
-// relative to the reference model's (Note [measured parts]).
-std::map<int64_t, PartScale> measure_part_scales(const ModelSpec& spec,
-                                                 const std::vector<int64_t>& micro_batches,
-                                                 const CostOptions& o, const HardwareProfile& hw);
+// relative to the reference model's (Note [measured parts]). Micro-batches whose parts
+// would take too long to time take the factors of the largest one timed; none at all
+// when even the smallest would (largest_timed 0).
+struct MeasuredParts {
+  std::map<int64_t, PartScale> scale;  // by micro-batch
+  int64_t largest_timed = 0;
+};
+MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64_t>& micro_batches,
+                                  const CostOptions& o, const HardwareProfile& hw);
 
 // The factors for one micro-batch from measured and predicted parts (seconds, forward
 // and backward of one micro-batch each), over the reference's whole-model ratio

@@ -52,8 +52,9 @@ StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate
     const Layout l = Layout::of(cfg, dp, tp, pp);
     CostOptions o = cost_options(cfg, hw);
     if (can_measure_parts(spec, o, hw)) {
-      o.part_scale = measure_part_scales(spec, {l.micro_batch}, o, hw);
-      c.parts_timed = true;
+      const MeasuredParts parts = measure_part_scales(spec, {l.micro_batch}, o, hw);
+      o.part_scale = parts.scale;
+      c.parts_timed = parts.largest_timed > 0;
     }
     c.predicted = predict_step(spec, l, o, hw);
   } catch (const Error& e) {
