@@ -127,9 +127,21 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
       whole(ref, rm.block.at(0), rm.first, rm.last) /
       whole(ref, rp.block_forward + rp.block_backward, rp.first_forward + rp.first_backward,
             rp.last_forward + rp.last_backward);
-  for (size_t i = 0; i < timed_mbs.size(); ++i)
-    out.scale[timed_mbs[i]] =
-        part_scale_of(timed[i], predicted_at(spec, timed_mbs[i], o, hw), ref_ratio);
+  // A bounded part (an embedding timed as nothing under load) leaves the reference's
+  // factors summing to other than its kernels' whole: every factor is divided by what
+  // they make of it, so the reference is priced exactly as its kernels are.
+  const PartScale rk = part_scale_of(rm, rp, ref_ratio);
+  const double norm =
+      whole(ref, rk.block * (rp.block_forward + rp.block_backward),
+            rk.first * (rp.first_forward + rp.first_backward),
+            rk.last * (rp.last_forward + rp.last_backward)) /
+      whole(ref, rp.block_forward + rp.block_backward, rp.first_forward + rp.first_backward,
+            rp.last_forward + rp.last_backward);
+  for (size_t i = 0; i < timed_mbs.size(); ++i) {
+    PartScale k = part_scale_of(timed[i], predicted_at(spec, timed_mbs[i], o, hw), ref_ratio);
+    k.block /= norm, k.first /= norm, k.last /= norm;
+    out.scale[timed_mbs[i]] = k;
+  }
   out.largest_timed = timed_mbs.back();
   for (const int64_t mb : micro_batches)
     if (!out.scale.count(mb)) out.scale[mb] = out.scale.at(out.largest_timed);
