@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "strata/cli/estimate.h"
 #include "strata/cli/measure.h"
@@ -58,17 +59,15 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
   STRATA_CHECK(!layouts.empty(), "no layout of ", a.nproc, " ranks runs this model at batch ",
                cfg.training.batch_size, "; change training.batch_size or --nproc");
   CostOptions o = cost_options(cfg, hw);
-  ModelSpec spec = [&] {
+  const ModelSpec spec = [&] {
     Config c = cfg;
     layouts.front().apply(c);
     return plan_run(c, a.nproc, shape).spec;
   }();
   if (!a.no_measure && can_measure_parts(spec, o, hw)) {
-    std::vector<int64_t> mbs;
-    for (const Layout& l : layouts)
-      if (std::find(mbs.begin(), mbs.end(), l.micro_batch) == mbs.end())
-        mbs.push_back(l.micro_batch);
-    std::sort(mbs.begin(), mbs.end());
+    std::set<int64_t> sizes;
+    for (const Layout& l : layouts) sizes.insert(l.micro_batch);
+    const std::vector<int64_t> mbs(sizes.begin(), sizes.end());
     const auto t0 = std::chrono::steady_clock::now();
     const MeasuredParts parts = measure_part_scales(spec, mbs, o, hw);
     o.part_scale = parts.scale;
@@ -100,7 +99,6 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
     Config c = cfg;
     l.apply(c);
     const RunPlan plan = plan_run(c, a.nproc, shape);
-    spec = plan.spec;
     // The memory of the profile's device: planning for GPUs from this machine estimates
     // NCCL's buffers and host-side offload, not the CPU run's.
     EstimateInput in = estimate_input(c, plan);

@@ -51,17 +51,46 @@ struct ThreadsFor {
   int saved;
 };
 
-PartCosts predicted_at(const ModelSpec& spec, int64_t micro_batch, const CostOptions& o,
+// One micro-batch's parts, forward and backward together: a block, the embedding, the
+// head and loss; predicted (PartCosts) or timed (StageCosts).
+struct PartTimes {
+  double block = 0, first = 0, last = 0;
+};
+PartTimes times_of(const PartCosts& p) {
+  return {p.block_forward + p.block_backward, p.first_forward + p.first_backward,
+          p.last_forward + p.last_backward};
+}
+PartTimes times_of(const StageCosts& m) {
+  return {m.block.at(0), m.first, m.last};
+}
+
+// The kernels' price of spec's parts at a micro-batch, without factors.
+PartTimes predicted_at(const ModelSpec& spec, int64_t micro_batch, const CostOptions& o,
                        const HardwareProfile& hw) {
   Layout l;
   l.micro_batch = micro_batch;
   CostOptions plain = o;
   plain.part_scale.clear();
-  return predict_parts(spec, l, plain, hw);
+  return times_of(predict_parts(spec, l, plain, hw));
 }
 
-double whole(const ModelSpec& spec, double block, double first, double last) {
-  return static_cast<double>(spec.n_layer) * block + first + last;
+// The whole model's forward and backward.
+double whole(const ModelSpec& spec, const PartTimes& t) {
+  return static_cast<double>(spec.n_layer) * t.block + t.first + t.last;
+}
+// One round of the timing: three parts each holding a block, then the two ends.
+double round_of(const PartTimes& t) {
+  return 3 * t.block + t.first + t.last;
+}
+
+PartScale scale_of(const PartTimes& m, const PartTimes& p, double reference_ratio) {
+  // A part's factor is bounded: the embedding's difference of two timings is tiny and
+  // noisy, and no sane measurement is a quarter or four times the kernels' sum.
+  auto ratio = [&](double measured, double predicted) {
+    if (predicted <= 0 || measured <= 0) return 1.0;
+    return std::clamp(measured / predicted / reference_ratio, 0.25, 4.0);
+  };
+  return {ratio(m.block, p.block), ratio(m.first, p.first), ratio(m.last, p.last)};
 }
 }  // namespace
 
@@ -71,23 +100,11 @@ bool can_measure_parts(const ModelSpec& spec, const CostOptions& o, const Hardwa
 }
 
 PartScale part_scale_of(const StageCosts& m, const PartCosts& p, double reference_ratio) {
-  // A part's factor is bounded: the embedding's difference of two timings is tiny and
-  // noisy, and no sane measurement is a quarter or four times the kernels' sum.
-  auto ratio = [&](double measured, double predicted) {
-    if (predicted <= 0 || measured <= 0) return 1.0;
-    return std::clamp(measured / predicted / reference_ratio, 0.25, 4.0);
-  };
-  return {ratio(m.block.at(0), p.block_forward + p.block_backward),
-          ratio(m.first, p.first_forward + p.first_backward),
-          ratio(m.last, p.last_forward + p.last_backward)};
+  return scale_of(times_of(m), times_of(p), reference_ratio);
 }
 
 MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64_t>& micro_batches,
                                   const CostOptions& o, const HardwareProfile& hw) {
-  auto round_of = [](const PartCosts& p) {
-    return 3 * (p.block_forward + p.block_backward) + p.first_forward + p.first_backward +
-           p.last_forward + p.last_backward;
-  };
   std::vector<int64_t> timed_mbs;
   for (const int64_t mb : micro_batches)
     if (round_of(predicted_at(spec, mb, o, hw)) <= kMaxRoundSeconds) timed_mbs.push_back(mb);
@@ -116,29 +133,21 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
       is_ref && own != timed_mbs.end() ? static_cast<size_t>(own - timed_mbs.begin()) : jobs.size();
   if (ref_at == jobs.size()) jobs.push_back({ref, kReferenceMicroBatch});
   double round = 0;
-  for (const StageCosts& c : profile_stage_costs(jobs, at::kCPU, 1))
-    round += 3 * c.block.at(0) + c.first + c.last;
+  for (const StageCosts& c : profile_stage_costs(jobs, at::kCPU, 1)) round += round_of(times_of(c));
   const int repeats =
       static_cast<int>(std::clamp(kTimedSeconds / std::max(round, 1e-6), 5.0, 200.0));
   const std::vector<StageCosts> timed = profile_stage_costs(jobs, at::kCPU, repeats);
-  const StageCosts& rm = timed[ref_at];
-  const PartCosts rp = predicted_at(ref, kReferenceMicroBatch, o, hw);
-  const double ref_ratio =
-      whole(ref, rm.block.at(0), rm.first, rm.last) /
-      whole(ref, rp.block_forward + rp.block_backward, rp.first_forward + rp.first_backward,
-            rp.last_forward + rp.last_backward);
+  const PartTimes rm = times_of(timed[ref_at]);
+  const PartTimes rp = predicted_at(ref, kReferenceMicroBatch, o, hw);
+  const double ref_ratio = whole(ref, rm) / whole(ref, rp);
   // A bounded part (an embedding timed as nothing under load) leaves the reference's
   // factors summing to other than its kernels' whole: every factor is divided by what
   // they make of it, so the reference is priced exactly as its kernels are.
-  const PartScale rk = part_scale_of(rm, rp, ref_ratio);
+  const PartScale rk = scale_of(rm, rp, ref_ratio);
   const double norm =
-      whole(ref, rk.block * (rp.block_forward + rp.block_backward),
-            rk.first * (rp.first_forward + rp.first_backward),
-            rk.last * (rp.last_forward + rp.last_backward)) /
-      whole(ref, rp.block_forward + rp.block_backward, rp.first_forward + rp.first_backward,
-            rp.last_forward + rp.last_backward);
+      whole(ref, {rk.block * rp.block, rk.first * rp.first, rk.last * rp.last}) / whole(ref, rp);
   for (size_t i = 0; i < timed_mbs.size(); ++i) {
-    PartScale k = part_scale_of(timed[i], predicted_at(spec, timed_mbs[i], o, hw), ref_ratio);
+    PartScale k = scale_of(times_of(timed[i]), predicted_at(spec, timed_mbs[i], o, hw), ref_ratio);
     k.block /= norm, k.first /= norm, k.last /= norm;
     out.scale[timed_mbs[i]] = k;
   }
