@@ -64,13 +64,12 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
     layouts.front().apply(c);
     return plan_run(c, a.nproc, shape).spec;
   }();
-  if (!a.no_measure && can_measure_parts(spec, o, hw)) {
-    std::set<int64_t> sizes;
-    for (const Layout& l : layouts) sizes.insert(l.micro_batch);
-    const std::vector<int64_t> mbs(sizes.begin(), sizes.end());
-    const auto t0 = std::chrono::steady_clock::now();
-    const MeasuredParts parts = measure_part_scales(spec, mbs, o, hw);
-    o.part_scale = parts.scale;
+  std::set<int64_t> sizes;
+  for (const Layout& l : layouts) sizes.insert(l.micro_batch);
+  const std::vector<int64_t> mbs(sizes.begin(), sizes.end());
+  const auto t0 = std::chrono::steady_clock::now();
+  if (const auto timed = a.no_measure ? std::nullopt : time_parts_into(o, spec, mbs, hw)) {
+    const MeasuredParts& parts = *timed;
     std::string line;
     for (const auto& [mb, k] : o.part_scale) {
       if (mb > parts.largest_timed) break;
@@ -99,12 +98,8 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
     Config c = cfg;
     l.apply(c);
     const RunPlan plan = plan_run(c, a.nproc, shape);
-    // The memory of the profile's device: planning for GPUs from this machine estimates
-    // NCCL's buffers and host-side offload, not the CPU run's.
-    EstimateInput in = estimate_input(c, plan);
-    in.nccl = hw.backend == "nccl";
-    in.host_is_device = hw.device != "cuda";
-    const MemoryEstimate mem = estimate_memory(in);
+    // The memory of the profile's device, not this machine's.
+    const MemoryEstimate mem = estimate_memory(estimate_input(c, plan, hw.device));
     const double peak = mem.peak.total();
     if (limit > 0 && !fit_verdict(peak, limit).fits) continue;
     ranked.push_back({l, predict_step(plan.spec, l, o, hw), peak, mem.states, mem.peak.bytes});

@@ -26,7 +26,7 @@ struct TensorPiece {
   std::vector<int64_t> global_shape;  // empty: the piece is the whole tensor
   std::vector<int64_t> offsets;       // per dimension; empty: zeros
   int64_t flat_offset = -1;           // >= 0: a flat range starting here
-  std::vector<int64_t> box_shape;     // with flat_offset: the range is of this box's elements
+  std::vector<int64_t> box_shape{};   // with flat_offset: the range is of this box's elements
 };
 
 // A tensor-parallel slice of a global tensor as runs of its local rows (dim 0), each

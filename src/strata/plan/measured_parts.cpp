@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "strata/memory/process_memory.h"
 #include "strata/parallel/pipeline/profile.h"
@@ -92,6 +93,11 @@ PartScale scale_of(const PartTimes& m, const PartTimes& p, double reference_rati
   };
   return {ratio(m.block, p.block), ratio(m.first, p.first), ratio(m.last, p.last)};
 }
+// What decides a transformer's parts' cost: two specs equal here time the same.
+auto transformer_shape(const ModelSpec& s) {
+  return std::tie(s.family, s.n_layer, s.n_head, s.d_model, s.seq_len, s.vocab_size,
+                  s.vocab_multiple, s.type_vocab, s.dropout, s.tied_embedding);
+}
 }  // namespace
 
 bool can_measure_parts(const ModelSpec& spec, const CostOptions& o, const HardwareProfile& hw) {
@@ -120,11 +126,7 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
   ModelConfig rc;
   rc.flavour = "debug";
   const ModelSpec ref = resolve_model_spec(rc, DataShape{});
-  const bool is_ref = ref.family == spec.family && ref.d_model == spec.d_model &&
-                      ref.n_layer == spec.n_layer && ref.n_head == spec.n_head &&
-                      ref.seq_len == spec.seq_len && ref.vocab_size == spec.vocab_size &&
-                      ref.dropout == spec.dropout && ref.vocab_multiple == spec.vocab_multiple &&
-                      ref.tied_embedding == spec.tied_embedding;
+  const bool is_ref = transformer_shape(ref) == transformer_shape(spec);
   std::vector<PartsToTime> jobs;
   for (const int64_t mb : timed_mbs) jobs.push_back({spec, mb});
   // The reference model is the planned one, or timed beside it.
@@ -155,6 +157,15 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
   for (const int64_t mb : micro_batches)
     if (!out.scale.count(mb)) out.scale[mb] = out.scale.at(out.largest_timed);
   return out;
+}
+
+std::optional<MeasuredParts> time_parts_into(CostOptions& o, const ModelSpec& spec,
+                                             const std::vector<int64_t>& micro_batches,
+                                             const HardwareProfile& hw) {
+  if (!can_measure_parts(spec, o, hw)) return std::nullopt;
+  MeasuredParts parts = measure_part_scales(spec, micro_batches, o, hw);
+  o.part_scale = parts.scale;
+  return parts;
 }
 
 }  // namespace strata

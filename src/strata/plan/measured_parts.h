@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "strata/models/flavours.h"
@@ -30,6 +31,12 @@ struct MeasuredParts {
 };
 MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64_t>& micro_batches,
                                   const CostOptions& o, const HardwareProfile& hw);
+
+// Where can_measure_parts allows: times the parts and sets o.part_scale from them;
+// returns what was timed, or nothing where the parts cannot be timed here.
+std::optional<MeasuredParts> time_parts_into(CostOptions& o, const ModelSpec& spec,
+                                             const std::vector<int64_t>& micro_batches,
+                                             const HardwareProfile& hw);
 
 // The factors for one micro-batch from measured and predicted parts (seconds, forward
 // and backward of one micro-batch each), over the reference's whole-model ratio

@@ -32,7 +32,7 @@ double resident_data_bytes(const Config& cfg) {
   return kImages * (kPixels * 4 + 8);  // fp32 pixels, int64 labels
 }
 
-EstimateInput estimate_input(const Config& cfg, const RunPlan& plan) {
+EstimateInput estimate_input(const Config& cfg, const RunPlan& plan, const std::string& device) {
   EstimateInput in;
   in.spec = plan.spec;
   in.precision = cfg.memory.precision;
@@ -54,8 +54,9 @@ EstimateInput estimate_input(const Config& cfg, const RunPlan& plan) {
   in.micro_batch = plan.micro_batch;
   in.micro_batches = plan.accum;
   in.comm_hook = cfg.parallel.comm_hook;
-  in.nccl = cfg.training.device == "cuda";
-  in.host_is_device = cfg.training.device != "cuda";
+  const bool cuda = (device.empty() ? cfg.training.device : device) == "cuda";
+  in.nccl = cuda;
+  in.host_is_device = !cuda;
   in.data_bytes = resident_data_bytes(cfg);
   return in;
 }

@@ -22,8 +22,11 @@ struct RunPlan {
 RunPlan plan_run(const Config& cfg, int64_t world_size, const DataShape& data,
                  const ModelSpec* custom = nullptr);
 
-// The estimator's input for a planned run (device "cuda" means NCCL and host offload).
-EstimateInput estimate_input(const Config& cfg, const RunPlan& plan);
+// The estimator's input for a planned run on `device` ("cuda": NCCL and host offload;
+// empty: the config's training.device). The planner passes its profile's device, so a
+// plan for GPUs made on this CPU estimates NCCL's buffers and host-side offload.
+EstimateInput estimate_input(const Config& cfg, const RunPlan& plan,
+                             const std::string& device = "");
 
 // Bytes of dataset tensors a source keeps in memory for the whole run (Fashion-MNIST's
 // 70,000 images and labels); 0 for streamed or generated data.

@@ -51,11 +51,8 @@ StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate
     const HardwareProfile hw = load_profile(c.profile);
     const Layout l = Layout::of(cfg, dp, tp, pp);
     CostOptions o = cost_options(cfg, hw);
-    if (can_measure_parts(spec, o, hw)) {
-      const MeasuredParts parts = measure_part_scales(spec, {l.micro_batch}, o, hw);
-      o.part_scale = parts.scale;
-      c.parts_timed = parts.largest_timed > 0;
-    }
+    if (const auto parts = time_parts_into(o, spec, {l.micro_batch}, hw))
+      c.parts_timed = parts->largest_timed > 0;
     c.predicted = predict_step(spec, l, o, hw);
   } catch (const Error& e) {
     c.why_not = e.what();

@@ -167,7 +167,7 @@ std::vector<std::string> remove_unfinished_checkpoints(const std::string& root) 
 
 std::string locate_checkpoint(const std::string& path) {
   if (fs::exists(path + "/meta.json")) return path;
-  for (const std::string root : {path, path + "/checkpoints"}) {
+  for (const std::string& root : {path, path + "/checkpoints"}) {
     const std::string dir = resolve_checkpoint(root, "latest");
     if (!dir.empty()) return dir;
   }

@@ -63,8 +63,7 @@ void trigger_fault(const Fault& f) {
       raise(SIGKILL);
       break;
     case FaultKind::kHang:
-      for (volatile uint64_t i = 0;; i = i + 1) {
-      }
+      for (volatile uint64_t spin = 0;;) spin = spin + 1;
     case FaultKind::kExit:
       std::_Exit(1);
     case FaultKind::kKill:

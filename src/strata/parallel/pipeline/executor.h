@@ -42,8 +42,8 @@ struct StepContext {
   c10::DeviceType device = c10::DeviceType::CPU;
   at::ScalarType compute_dtype = at::kFloat;
   double backward_factor = 1;
-  Comm* pp = nullptr;                     // the pipeline group; null: one stage
-  std::vector<int64_t> activation_shape;  // one micro-batch's activations between stages
+  Comm* pp = nullptr;                       // the pipeline group; null: one stage
+  std::vector<int64_t> activation_shape{};  // one micro-batch's activations between stages
   at::ScalarType activation_dtype = at::kFloat;
   // When set, every action's start and end in seconds from the step's start (a receive
   // posts at once; its wait shows as the gap before the compute that needs it).
