@@ -18,6 +18,12 @@ moment (each prediction times the anchor's measured-over-predicted ratio, the me
 the anchors either side of it). The drift-corrected figures are what the cost model
 answers for; the raw ones say how far the machine moved since `strata calibrate`.
 
+The anchor runs after every layout by default: on the machine of 2026-12-05 eight
+back-to-back runs of the 2-rank anchor measured 176-235 ms, and one rank's step went
+from 84 to 105 ms between two consecutive runs and stayed there (its speed flips within
+seconds, not hours), so an anchor five layouts away said little about the machine a
+layout ran on. --anchor-every 5 halves the bench's time.
+
   python3 bench/plan/run.py [--nproc 4 --flavour debug --batch 16 --sample 12 --steps 8]
 """
 import argparse
@@ -60,7 +66,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--extra", default="", help="more --section.key=value for plan and train")
     p.add_argument("--device-memory", default="", help="a cap for plan (e.g. 96MiB), checked")
-    p.add_argument("--anchor-every", type=int, default=5,
+    p.add_argument("--anchor-every", type=int, default=1,
                    help="layouts between runs of the drift anchor; 0: no anchor")
     a = p.parse_args()
     common = [f"--model.flavour={a.flavour}", "--data.source=synthetic",

@@ -180,6 +180,24 @@ int64_t loaded_group(int64_t world) {
     if (world % g == 0) return g;
   return 0;
 }
+// Note [calibration drift]: the profile is one moment of the machine. On the machine of
+// 2026-12-05 that moment moved: a calibration ran at about half the speed of the bench
+// that followed it (the drift anchor at 0.42-1.06x the profile over one bench row), and
+// one rank's step went from 84 to 105 ms between two consecutive runs. The one-rank
+// compute mix is timed around every world anyway; their spread is printed, and past
+// kDriftWarning the profile is flagged as a mix of speeds, to be taken again.
+constexpr double kDriftWarning = 1.15;
+void report_speed_drift(const std::vector<double>& alone_mix) {
+  if (alone_mix.size() < 2) return;
+  const auto [lo, hi] = std::minmax_element(alone_mix.begin(), alone_mix.end());
+  std::printf("  the machine's speed over the calibration: one rank's mix took %.2f-%.2f ms\n",
+              *lo * 1e3, *hi * 1e3);
+  if (*hi > kDriftWarning * *lo)
+    std::printf(
+        "warning: this machine's speed moved by %.0f%% during the calibration, so the "
+        "profile mixes its speeds; calibrate again when nothing else runs here\n",
+        (*hi / *lo - 1) * 100);
+}
 }  // namespace
 
 int run_calibrate_worker(const std::string& out, bool quick, int64_t threads) {
@@ -239,11 +257,13 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                 pts.front().seconds / pts.front().work * 1e9,
                 pts.back().seconds / pts.back().work * 1e9);
   std::printf("  op overhead: %.1f us per op (forward and backward)\n", p.op_overhead_s * 1e6);
+  std::vector<double> alone_mix;  // the one-rank mix's time at each moment it was taken
   for (int64_t g = 2; g <= a.nproc; ++g) {
     // Alone just before the g ranks, and again after: this machine's speed drifts over
     // a calibration, and a ratio of two moments apart carried it (4 ranks came out
     // anywhere from 1.9x to 2.65x).
     const double before = compute_mix_seconds(a.quick);
+    alone_mix.push_back(before);
     const std::string part =
         fs::temp_directory_path() /
         ("strata-calibrate-" + std::to_string(getpid()) + "-" + std::to_string(g) + ".json");
@@ -257,7 +277,8 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                  " ranks failed; see the lines above");
     auto fits = nlohmann::json::parse(read_file(part));
     fs::remove(part);
-    const double alone = (before + compute_mix_seconds(a.quick)) / 2;
+    alone_mix.push_back(compute_mix_seconds(a.quick));
+    const double alone = (before + alone_mix.back()) / 2;
     p.contention[g] = std::max(1.0, fits["compute_s"].get<double>() / alone);
     std::printf("  %lld ranks at once compute %.2fx slower than one alone\n",
                 static_cast<long long>(g), p.contention[g]);
@@ -291,6 +312,8 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                   static_cast<long long>(g), p.tp_step_scale[g]);
     }
   }
+  alone_mix.push_back(compute_mix_seconds(a.quick));
+  report_speed_drift(alone_mix);
   const std::string out = a.out.empty() ? default_profile_path(threads) : a.out;
   fs::create_directories(fs::path(out).parent_path().empty() ? "." : fs::path(out).parent_path());
   write_file_atomic(out, profile_json(p).dump(1) + "\n");
