@@ -3,11 +3,11 @@
 // profiles/, and `strata calibrate` on this machine.
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -198,6 +198,18 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   }
   EXPECT_EQ(p.loaded_collectives.at("all_reduce").size(), 1u) << "only the 4-rank world divides";
   EXPECT_NE(r.output.find("profile: " + out), std::string::npos) << r.output;
+  // The machine's speed over the calibration (Note [calibration drift]): a range of the
+  // one-rank mix's times, and the warning exactly when it spans more than 15%.
+  const std::string drift = "one rank's mix took ";
+  const size_t at = r.output.find(drift);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  double lo = 0, hi = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at + drift.size(), "%lf-%lf", &lo, &hi), 2) << r.output;
+  EXPECT_GT(lo, 0);
+  EXPECT_GE(hi, lo);
+  EXPECT_EQ(r.output.find("warning: this machine's speed moved by") != std::string::npos,
+            hi > 1.15 * lo)
+      << r.output;
   // Planned on this machine's profile, the model's parts are timed here (Note [measured
   // parts]) at each micro-batch planned; --no-measure prices from the profile alone.
   const std::string plan = strata_bin() + " plan --nproc 2 --profile " + out +
