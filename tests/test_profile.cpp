@@ -207,9 +207,11 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   ASSERT_EQ(std::sscanf(r.output.c_str() + at + drift.size(), "%lf-%lf", &lo, &hi), 2) << r.output;
   EXPECT_GT(lo, 0);
   EXPECT_GE(hi, lo);
-  EXPECT_EQ(r.output.find("warning: this machine's speed moved by") != std::string::npos,
-            hi > 1.15 * lo)
-      << r.output;
+  // (Printed to 0.01 ms: a range within that of the threshold may go either way.)
+  if (std::abs(hi - 1.15 * lo) > 0.01)
+    EXPECT_EQ(r.output.find("warning: this machine's speed moved by") != std::string::npos,
+              hi > 1.15 * lo)
+        << r.output;
   // Planned on this machine's profile, the model's parts are timed here (Note [measured
   // parts]) at each micro-batch planned; --no-measure prices from the profile alone.
   const std::string plan = strata_bin() + " plan --nproc 2 --profile " + out +

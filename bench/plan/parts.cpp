@@ -6,6 +6,7 @@
 //   strata_bench_plan_parts PROFILE FLAVOUR[:D_MODEL:N_HEAD:N_LAYER] THREADS MB [MB ...]
 #include <ATen/Parallel.h>
 
+#include <cinttypes>
 #include <cstdio>
 #include <string>
 
@@ -31,9 +32,8 @@ int main(int argc, char** argv) {
   const auto colon = f.find(':');
   mc.flavour = f.substr(0, colon);
   if (colon != std::string::npos)
-    std::sscanf(f.c_str() + colon + 1, "%lld:%lld:%lld", reinterpret_cast<long long*>(&mc.d_model),
-                reinterpret_cast<long long*>(&mc.n_head),
-                reinterpret_cast<long long*>(&mc.n_layer));
+    std::sscanf(f.c_str() + colon + 1, "%" SCNd64 ":%" SCNd64 ":%" SCNd64, &mc.d_model, &mc.n_head,
+                &mc.n_layer);
   const ModelSpec spec = resolve_model_spec(mc, DataShape{});
   std::printf("%4s %10s %10s %6s %10s %10s %6s %10s %10s %6s\n", "mb", "block ms", "predicted",
               "ratio", "embed ms", "predicted", "ratio", "head ms", "predicted", "ratio");
