@@ -161,6 +161,8 @@ void check_pipeline(Comm& pp, const std::string& schedule, int64_t m, int64_t v)
   std::vector<TimedAction> timeline;
   ctx.timeline = &timeline;
   const auto lists = pipeline_schedule(parse_schedule_kind(schedule), p, m, v);
+  const auto released = sent_gradients_done(lists, r);  // Note [sent gradients released]
+  ctx.sent_gradients_done = &released;
   const double got = run_stage_actions(lists[static_cast<size_t>(r)], m, ctx, batch_of);
   const std::string at = schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m) +
                          " v=" + std::to_string(v) + " rank " + std::to_string(r);

@@ -160,12 +160,13 @@ static void check_matrix(const std::string& file, size_t min_rows) {
   EXPECT_LE(sorted.back(), 0.08) << table.str();
 }
 
-TEST(EstimateCli, ZeroTwoPipelineLastStageHoldsTheHeadsGradient) {
+TEST(EstimateCli, ZeroTwoPipelineStagesHoldTheRootsGradients) {
   // ZeRO-2 on a pipeline defers the root's reduction (Note [pipeline tied gradients
-  // under ZeRO]): the last stage's head gradient is a tensor of its own through the
-  // head's backward. Uncounted, the last stage measured 12.4% above its estimate, past
-  // the 8% margin; now within it. (The first stage is still 11% above its own estimate
-  // here, below the last stage's peak; not yet explained.)
+  // under ZeRO]): both ends hold their root's full .grad tensors from the first
+  // micro-batch's backward to finalize(), beside the shard. Uncounted, the last stage
+  // measured 12.4% above its estimate; counted as a transient of the head's backward
+  // (and the root less its shard), it matched there but the first stage measured 11.1%
+  // above its own. Now both within 3% (+0.3% and -0.4% when written, dp=1).
   const std::string dir = train_ok("zero2-pp",
                                    "--nproc 2 --training.threads=1 --training.steps=3 "
                                    "--checkpoint.save_final=false --parallel.pp=2 "
@@ -173,9 +174,11 @@ TEST(EstimateCli, ZeroTwoPipelineLastStageHoldsTheHeadsGradient) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   const RunResult r = run(strata_bin() + " estimate --json --compare " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
-  const auto h = nlohmann::json::parse(r.output)["compare"]["highest"];
+  const auto c = nlohmann::json::parse(r.output)["compare"];
+  EXPECT_LE(std::abs(c["error"].get<double>()), 0.03) << c.dump();  // rank 0: the first stage
+  const auto& h = c["highest"];
   EXPECT_EQ(h["rank"].get<int64_t>(), 1) << h.dump();
-  EXPECT_LE(std::abs(h["error"].get<double>()), 0.08) << h.dump();
+  EXPECT_LE(std::abs(h["error"].get<double>()), 0.03) << h.dump();
 }
 
 TEST(EstimateMatrix, PredictedPeakWithinBoundsOfMeasured) {

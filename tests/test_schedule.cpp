@@ -5,6 +5,8 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <tuple>
 
 #include "strata/core/errors.h"
 #include "strata/parallel/pipeline/partition.h"
@@ -112,6 +114,23 @@ TEST(PipelineSchedule, EveryScheduleIsValidDeadlockFreeAndHasItsTheoreticalBubbl
                 << schedule_name(kind) << " " << at << " rank " << r;
         }
         if (kind == ScheduleKind::kZbH1) EXPECT_EQ(c.in_flight[0], std::min(m, p)) << at;
+        // What each compute action holds beside its own micro-batch (Note [zb-h1
+        // memory]): 1F1B and GPipe hold whole micro-batches only, up to in_flight - 1;
+        // zb-h1's last rank runs each I right after its F, so it holds only micro-batches
+        // awaiting their W beside it.
+        for (int64_t r = 0; r < p; ++r) {
+          const auto& beside = c.beside[static_cast<size_t>(r)];
+          ASSERT_FALSE(beside.empty()) << at;
+          int64_t most = 0;
+          for (const HeldBeside& h : beside) {
+            most = std::max(most, h.forwarded + h.awaiting_weight);
+            if (kind != ScheduleKind::kZbH1) EXPECT_EQ(h.awaiting_weight, 0) << at;
+            if (kind == ScheduleKind::kZbH1 && r == p - 1)
+              EXPECT_EQ(h.forwarded, 0) << at << " awaiting " << h.awaiting_weight;
+          }
+          EXPECT_EQ(most, c.in_flight[static_cast<size_t>(r)] - 1)
+              << schedule_name(kind) << " " << at << " rank " << r;
+        }
       }
       for (int64_t v : {1, 2}) {
         if (v > 1 && m % p != 0) {
@@ -128,6 +147,69 @@ TEST(PipelineSchedule, EveryScheduleIsValidDeadlockFreeAndHasItsTheoreticalBubbl
             << "interleaved v=" << v << " " << at;
       }
     }
+}
+
+TEST(PipelineSchedule, SentGradientsAreReleasedOnlyOnceTheNeighbourHasThem) {
+  // Note [sent gradients released]: a gradient send is released at a forward of this
+  // rank whose input the neighbour sent after its backward of that micro-batch, so the
+  // wait cannot block: checked on simulated steps with unit and with uneven costs
+  // (every release at or after the neighbour's backward began). Outside GPipe (whose
+  // neighbour forwards nothing after its backwards) the sends outstanding at once do
+  // not grow with the micro-batches: as many at m = 8p as at m = 4p.
+  std::map<std::tuple<ScheduleKind, int64_t, int64_t>, int64_t> most_at_4p;
+  for (ScheduleKind kind :
+       {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1, ScheduleKind::kInterleaved})
+    for (int64_t p : {2, 3, 4})
+      for (int64_t m : {2 * p + 1, 4 * p, 8 * p}) {
+        const int64_t v = kind == ScheduleKind::kInterleaved ? 2 : 1;
+        if (m % p != 0 && v > 1) continue;
+        const std::string at =
+            schedule_name(kind) + " p=" + std::to_string(p) + " m=" + std::to_string(m);
+        const auto s = pipeline_schedule(kind, p, m, v);
+        const ActionCost uneven = [&](int64_t rank, const Action& a) {
+          return a.is_compute() ? 0.5 + static_cast<double>((rank * 7 + a.micro * 3) % 5) : 0.0;
+        };
+        std::vector<Simulation> sims{simulate_schedule(s, unit_costs(v)),
+                                     simulate_schedule(s, uneven)};
+        for (int64_t r = 0; r < p; ++r) {
+          const auto done = sent_gradients_done(s, r);
+          const StageActions& list = s[static_cast<size_t>(r)];
+          ASSERT_EQ(done.size(), list.size()) << at;
+          const int64_t q = (r + p - 1) % p;
+          int64_t outstanding = 0, most = 0, released = 0;
+          for (size_t i = 0; i < list.size(); ++i) {
+            if (!done[i].empty()) EXPECT_EQ(list[i].type, ActionType::kForward) << at;
+            outstanding -= static_cast<int64_t>(done[i].size());
+            released += static_cast<int64_t>(done[i].size());
+            EXPECT_GE(outstanding, 0) << at << " rank " << r << ": released before sent";
+            if (list[i].type == ActionType::kSendGrad) most = std::max(most, ++outstanding);
+            for (const auto& [chunk, micro] : done[i]) {
+              const int64_t their_chunk = (chunk * p + r - 1) / p;
+              for (const Simulation& sim : sims) {
+                ASSERT_EQ(sim.error, "") << at;
+                double backward_start = -1, forward_start = -1;
+                for (const TimedAction& t : sim.timeline[static_cast<size_t>(q)])
+                  if (t.action.is_compute() && t.action.type != ActionType::kForward &&
+                      t.action.type != ActionType::kBackwardWeight && t.action.micro == micro &&
+                      t.action.chunk == their_chunk)
+                    backward_start = t.start;
+                for (const TimedAction& t : sim.timeline[static_cast<size_t>(r)])
+                  if (t.action == list[i]) forward_start = t.start;
+                ASSERT_GE(backward_start, 0) << at;
+                EXPECT_GE(forward_start, backward_start)
+                    << at << " rank " << r << " gradient " << micro;
+              }
+            }
+          }
+          if (kind == ScheduleKind::kGpipe || (r == 0 && v == 1)) {
+            EXPECT_EQ(released, 0) << at << " rank " << r;
+          } else {
+            EXPECT_GT(released, 0) << at << " rank " << r;
+            if (m == 4 * p) most_at_4p[{kind, p, r}] = most;
+            if (m == 8 * p) EXPECT_EQ(most, (most_at_4p[{kind, p, r}])) << at << " rank " << r;
+          }
+        }
+      }
 }
 
 TEST(PipelineSchedule, CheckAndSimulationFindBrokenMessaging) {

@@ -83,7 +83,12 @@ void print_estimate(const PlannedEstimate& pe) {
     if (cat == Category::kActivations)
       extra = c10::str("  (", mib(e.activations_per_micro_batch),
                        " per micro-batch at the end of forward x ", e.micro_batches_in_flight,
-                       " in flight)");
+                       " in flight",
+                       e.micro_batches_awaiting_weight > 0
+                           ? c10::str(", ", mib(e.deferred_per_micro_batch), " x ",
+                                      e.micro_batches_awaiting_weight, " awaiting W")
+                           : std::string(),
+                       ")");
     if (cat == Category::kOptimizer && e.host_bytes > 0)
       extra = c10::str("  (", mib(e.host_bytes), " offloaded to host memory",
                        pe.input.host_is_device ? ", counted here: CPU run" : "", ")");

@@ -54,6 +54,12 @@ BlockActivations transformer_block(const TransformerShape& s, double dropout) {
   b.weights = (12 * s.C * s.C / s.t + 13 * s.C) * s.p;
   b.weight_grad = 4 * s.C * s.C * s.p / s.t;
   b.backward_extra = 4 * nc / s.t + b.weight_grad;
+  // Deferred (Note [deferred weight gradients]): the four linears' inputs (the two
+  // layer-norm outputs or, post-LN, the block input and one norm output, gathered in
+  // full under sequence parallelism; the attention output and GELU's, split) and output
+  // gradients (two of the stream's width, cast to the compute dtype; qkv's and fc's,
+  // split): 4 NC + 12 NC / tp at the activation bytes.
+  b.deferred = 4 * nc + 12 * nc / s.t;
   if (dropout > 0)  // softmax's input and output gradients, (B, H, T, T) each
     b.backward_extra = std::max(b.backward_extra, 2 * s.B * s.H * s.T * s.T * s.a / s.t);
   return b;
@@ -96,6 +102,9 @@ ActivationModel transformer(const ModelSpec& spec, const ActivationOptions& o) {
   // Under tp the vocab-parallel loss keeps the local softmax instead of the
   // log-probabilities and turns one copy of it into the logits' gradient: N V / tp x 4.
   m.head_backward = (s.t > 1 ? 1 : 2) * s.N * s.V * 4 / s.t;
+  // Deferrable head linears: BERT's MLM dense (input and output gradient, NC each); an
+  // untied GPT head (the final norm's output, and the logits' gradient).
+  m.head_deferred = bert ? 2 * nc : spec.tied_embedding ? 0.0 : nc + s.N * s.V * s.a / s.t;
   // The tied word embedding's gradient from the head, where it cannot be added into
   // an existing .grad (the estimator decides; Note [tied head gradient]).
   if (spec.tied_embedding || bert) m.tied_gradient = s.V * s.C * s.p / s.t;

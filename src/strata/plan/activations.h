@@ -22,6 +22,10 @@ struct BlockActivations {
   double backward_extra = 0;  // transient peak above the level at the block's backward
   double weights = 0;         // parameter bytes (= its gradients' bytes)
   double weight_grad = 0;     // part of backward_extra that is a weight gradient (ZeRO 2-3 keep it)
+  // Held from its backward-input to its weight step when the linears' weight gradients
+  // are deferred (zb-h1; Note [deferred weight gradients]): each linear's input and
+  // output gradient.
+  double deferred = 0;
 };
 
 struct ActivationModel {
@@ -30,6 +34,7 @@ struct ActivationModel {
   std::vector<BlockActivations> blocks;
   double head = 0;           // added between the last block and the loss
   double head_backward = 0;  // transient above the loss level in the head's backward
+  double head_deferred = 0;  // the head's deferrable linears' tensors (as a block's deferred)
   // Tied embedding without a .grad to add into (DDP after zero_grad, ZeRO-2/3): the
   // head's part of the weight gradient becomes .grad and waits for the embedding's
   // (Note [tied head gradient]).

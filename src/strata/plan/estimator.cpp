@@ -272,10 +272,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.host_bytes = e.states.host_optimizer;
   // Note [pipeline tied gradients under ZeRO]: on a pipeline, stage 2 keeps the root
   // unit's full gradients over the micro-steps (their reduction waits for the tied
-  // embedding's exchange), not a shard of them.
-  if (in.pp > 1 && in.zero == 2 && in.dp > 1)
-    e.states.gradients += (outside - frozen) * static_cast<double>(p_bytes) *
-                          (1.0 - 1.0 / static_cast<double>(in.dp));
+  // embedding's exchange): autograd's .grad tensors, from the first micro-batch's
+  // backward to finalize(), beside the shard its buffer holds (at dp=1 too). Counted
+  // as the full root less the shard, with the tied head's gradient a transient of the
+  // head's backward, the first stage of the debug GPT at pp=2 measured 11% above its
+  // estimate at dp=1 (5.7% at dp=2) and the last stage's matched only at dp=1 (5.7%
+  // over at dp=2); a rank's timeline shows the full root held from the first backward
+  // on, and nothing more at the head's.
+  if (in.pp > 1 && in.zero == 2)
+    e.states.gradients += (outside - frozen) * static_cast<double>(p_bytes);
 
   ActivationOptions ao;
   ao.micro_batch = in.micro_batch;
@@ -359,9 +364,60 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     norm_tmp = std::min(largest, static_cast<double>(kForeachChunkElements)) * 8;
   }
 
+  // Pipeline: a stage keeps the activations of every micro-batch it has run forward
+  // and not yet backward: as many as its rank's list holds at once (check_schedule;
+  // under GPipe m, under 1F1B p - s). Interleaved lists count chunk-micro-batches, each
+  // 1/v of the rank's blocks.
+  //
+  // Note [zb-h1 memory]: under zb-h1 a micro-batch past its backward-input holds only
+  // what its deferred weight gradients need (each linear's input and output gradient;
+  // Note [deferred weight gradients]) until its W. Counted as whole micro-batches, as
+  // 1F1B's, the last stage (one block and the head, whose logits dominate) of the
+  // debug GPT on 4 stages was estimated at 68.1 MiB and measured 44.9: it runs each
+  // I right after its F, and holds up to three micro-batches' deferred tensors beside
+  // the one in flight. Stage 0 went the other way (5% under): its embedding's backward
+  // runs while its block's deferred tensors are still held. So each stage takes the
+  // costliest of what its list holds beside the micro-batch computing (check_schedule's
+  // beside), and a block's backward leaves its deferred tensors behind. Only tp=1
+  // defers: a tensor-parallel linear computes its weight gradient in I, and its W is
+  // empty.
+  const bool deferring = in.pp > 1 && in.schedule == "zb-h1" && in.tp == 1;
+  auto deferred_per_micro = [&](bool last) {
+    double sum = last ? am.head_deferred : 0.0;
+    for (const BlockActivations& b : am.blocks) sum += b.deferred;
+    return sum;
+  };
+  double in_flight = 1;
+  std::vector<HeldBeside> beside;
+  e.micro_batches_in_flight = 1;
+  if (in.pp > 1) {
+    const ScheduleCheck held = check_schedule(
+        pipeline_schedule(parse_schedule_kind(in.schedule), in.pp, in.micro_batches, in.pp_virtual),
+        in.micro_batches, in.pp_virtual);
+    e.micro_batches_in_flight = held.in_flight[static_cast<size_t>(stage)];
+    in_flight = static_cast<double>(e.micro_batches_in_flight) /
+                static_cast<double>(std::max<int64_t>(1, in.pp_virtual));
+    if (in.pp_virtual == 1) beside = held.beside[static_cast<size_t>(stage)];
+  }
+  // The costliest of what the other micro-batches hold while one computes
+  // (`per_micro`: a whole one's activations).
+  auto costliest_beside = [&](double per_micro) {
+    const double deferred = deferring ? deferred_per_micro(last_stage) : 0.0;
+    std::pair<double, HeldBeside> most{-1.0, {}};
+    for (const HeldBeside& h : beside) {
+      const double bytes = static_cast<double>(h.forwarded) * per_micro +
+                           static_cast<double>(h.awaiting_weight) * deferred;
+      if (bytes > most.first) most = {bytes, h};
+    }
+    return most;
+  };
+  auto held_beside = [&](double per_micro) {
+    return beside.empty() ? (in_flight - 1) * per_micro : costliest_beside(per_micro).first;
+  };
+
   // One pipeline stage's step (without a pipeline, the one stage is first and
-  // last): `in_flight` micro-batches' activations are held at once.
-  auto replay = [&](bool first, bool last, double in_flight, double& per_micro) {
+  // last): the micro-batches in flight beside the one replayed hold held_beside().
+  auto replay = [&](bool first, bool last, double& per_micro) {
     StepReplay r;
     r.level[kParams] = e.states.parameters;
     r.level[kGrads] = e.states.gradients;
@@ -371,7 +427,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     const int64_t micro_steps = std::min<int64_t>(in.micro_batches, 2);  // later ones repeat
     for (int64_t m = 0; m < micro_steps; ++m) {
       const std::string mb = c10::str("micro[", m, "]");
-      const double in_flight_before = (in_flight - 1) * per_micro;
+      const double in_flight_before = held_beside(per_micro);
       r.level[kActs] = in_flight_before + am.batch;
       r.level[kComm] = pipe_comm;
       r.mark(mb + ".forward.begin");
@@ -397,12 +453,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
           per_micro = std::max(per_micro, r.level[kActs] - in_flight_before - am.batch + am.head);
         r.level[kActs] += am.head;
         r.mark(mb + ".loss");
-        // ZeRO-2 on a pipeline defers the root's reduction (Note [pipeline tied
-        // gradients under ZeRO]): the tied head's weight gradient is a tensor of its own
-        // through the head's backward, not added in place.
-        const double deferred = in.pp > 1 && in.zero == 2 ? am.tied_gradient : 0.0;
-        r.mark("head.backward (peak)", am.head_backward + deferred);
-        r.level[kActs] += -am.head + (am.block_keeps_output ? am.blocks.back().out : 0.0);
+        r.mark("head.backward (peak)", am.head_backward);
+        r.level[kActs] += -am.head + (am.block_keeps_output ? am.blocks.back().out : 0.0) +
+                          (deferring ? am.head_deferred : 0.0);
       }
       // Without a persistent .grad (DDP clears it, ZeRO-2/3 hands it to a reduction)
       // the head's part of a tied weight's gradient is held until the embedding's.
@@ -433,7 +486,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
           r.mark(c10::str("block[", i, "].backward (peak)"), extra_acts);
           if (reduces_in_backward) in_flight_reduction = b.weights;
           r.level[kActs] -= b.saved;
-          r.level[kActs] += b.in - b.out;
+          r.level[kActs] += b.in - b.out + (deferring ? b.deferred : 0.0);
         }
         if (s.recompute && s.begin > 0)
           r.level[kActs] -= am.blocks[static_cast<size_t>(s.begin - 1)].out;
@@ -445,7 +498,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
         r.level[kComm] = pipe_comm + in_flight_reduction + zu.root + (stage3 ? zu.root : 0.0);
         r.mark("zero.reduce root (peak)");
       }
-      r.level[kActs] = in_flight_before + am.batch;
+      r.level[kActs] = in_flight_before + am.batch + (deferring ? deferred_per_micro(last) : 0.0);
       r.level[kComm] = pipe_comm;
       r.mark(mb + ".backward.end");
     }
@@ -466,23 +519,17 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     return r.points;
   };
 
-  // Pipeline: a stage keeps the activations of every micro-batch it has run forward
-  // and not yet backward (or, zb-h1, not yet weight-stepped): as many as its rank's
-  // list holds at once (check_schedule; under GPipe m, under 1F1B p - s). Interleaved
-  // lists count chunk-micro-batches, each 1/v of the rank's blocks.
   double per_micro = 0;
-  double in_flight = 1;
-  e.micro_batches_in_flight = 1;
-  if (in.pp > 1) {
-    const ScheduleCheck held = check_schedule(
-        pipeline_schedule(parse_schedule_kind(in.schedule), in.pp, in.micro_batches, in.pp_virtual),
-        in.micro_batches, in.pp_virtual);
-    e.micro_batches_in_flight = held.in_flight[static_cast<size_t>(stage)];
-    in_flight = static_cast<double>(e.micro_batches_in_flight) /
-                static_cast<double>(std::max<int64_t>(1, in.pp_virtual));
-  }
-  e.timeline = replay(in.pp == 1 || first_stage, in.pp == 1 || last_stage, in_flight, per_micro);
+  e.timeline = replay(in.pp == 1 || first_stage, in.pp == 1 || last_stage, per_micro);
   e.activations_per_micro_batch = per_micro;
+  if (!beside.empty()) {
+    const HeldBeside h = costliest_beside(per_micro).second;
+    e.micro_batches_in_flight = h.forwarded + 1;
+    if (deferring) {
+      e.micro_batches_awaiting_weight = h.awaiting_weight;
+      e.deferred_per_micro_batch = deferred_per_micro(last_stage);
+    }
+  }
   if (in.pp > 1)
     for (auto& p : e.timeline) p.phase = c10::str("stage ", stage, ": ", p.phase);
 

@@ -96,9 +96,13 @@ struct MemoryEstimate {
   std::array<double, kNumCategories> category_peak{};  // each category's own maximum
   double activations_per_micro_batch = 0;  // kept at the end of one micro-batch's forward
   int64_t micro_batches_in_flight = 1;     // > 1 only under a pipeline schedule
-  int64_t stage = 0;                       // the pp rank estimated
-  double host_bytes = 0;                   // offloaded state (on a GPU run: host memory)
-  std::vector<std::string> notes;          // what the estimate assumed
+  // zb-h1 (tp=1): micro-batches past their backward-input at the costliest moment,
+  // each holding deferred_per_micro_batch bytes (Note [zb-h1 memory]).
+  int64_t micro_batches_awaiting_weight = 0;
+  double deferred_per_micro_batch = 0;
+  int64_t stage = 0;               // the pp rank estimated
+  double host_bytes = 0;           // offloaded state (on a GPU run: host memory)
+  std::vector<std::string> notes;  // what the estimate assumed
 };
 
 // Pure: the per-rank memory of one training step.

@@ -17,6 +17,8 @@ nlohmann::json estimate_json(const PlannedEstimate& pe) {
                       {"category_peak", category_json(e.category_peak)},
                       {"activations_per_micro_batch", std::llround(e.activations_per_micro_batch)},
                       {"micro_batches_in_flight", e.micro_batches_in_flight},
+                      {"micro_batches_awaiting_weight", e.micro_batches_awaiting_weight},
+                      {"deferred_per_micro_batch", std::llround(e.deferred_per_micro_batch)},
                       {"host_bytes", std::llround(e.host_bytes)},
                       {"notes", e.notes}};
   if (is_language_model(pe.input.spec.family)) {

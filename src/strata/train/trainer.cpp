@@ -106,6 +106,7 @@ Trainer::Trainer(Config cfg, const WorldInfo& info, Extensions ext)
                   : pipeline_schedule(parse_schedule_kind(cfg_.parallel.pp_schedule), dims.pp(),
                                       accum_, cfg_.parallel.pp_virtual);
   schedule_ = pipeline_[static_cast<size_t>(mesh_->coord().pp)];
+  sent_gradients_done_ = sent_gradients_done(pipeline_, mesh_->coord().pp);
   scaler_ = std::make_unique<LossScaler>(LossScalerOptions{
       pm_.precision == Precision::kFp16, cfg_.memory.loss_scale_init, cfg_.memory.loss_scale_growth,
       cfg_.memory.loss_scale_backoff, cfg_.memory.loss_scale_interval});
@@ -266,6 +267,7 @@ double Trainer::train_step(int64_t step) {
     ctx.pp = &mesh_->comm(Axis::kPp);
     ctx.activation_shape = stage_activation_shape();
     ctx.activation_dtype = pm_.compute_dtype;
+    ctx.sent_gradients_done = &sent_gradients_done_;
   }
   // Every stage draws the step's micro-batches in order (a pipeline's parts forward
   // each once per chunk): the first use of micro-batch m takes the sampler's next.

@@ -93,6 +93,7 @@ class Trainer {
   ParallelModel pm_;
   std::vector<StageActions> pipeline_;  // every pp rank's list (simulated each step)
   StageActions schedule_;               // this rank's actions in a step
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> sent_gradients_done_;  // per action
   std::unique_ptr<TimelineBlockHooks> timeline_hooks_;  // rank 0 with a memory timeline
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<SamplerState> sampler_state_;

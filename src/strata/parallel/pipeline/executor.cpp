@@ -36,9 +36,10 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
   // waited, so the schedule says when waiting cannot block: an activation's send is
   // surely received once its gradient has come back (the receiver ran that
   // micro-batch's forward and backward first), so it is waited and released there;
-  // gradients' sends, which nothing comes back for, are waited at the step's end.
+  // a gradient's send once an activation the neighbour sent after receiving it has
+  // arrived (Note [sent gradients released]), else at the step's end.
   std::map<std::pair<int64_t, int64_t>, std::pair<CommWork, at::Tensor>> activation_sends;
-  std::vector<std::pair<CommWork, at::Tensor>> grad_sends;
+  std::map<std::pair<int64_t, int64_t>, std::pair<CommWork, at::Tensor>> grad_sends;
   auto send = [&](at::Tensor t, int64_t to, int tag) {
     CommWork w = ctx.pp->send(t, to, tag);
     return std::make_pair(std::move(w), std::move(t));
@@ -52,14 +53,24 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
   auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   };
-  for (const Action& a : actions) {
+  for (size_t index = 0; index < actions.size(); ++index) {
+    const Action& a = actions[index];
     heartbeat::tick();  // Note [heartbeat]: a micro-batch is progress
     MemoryScope scope(Category::kActivations);
     const int64_t vs = a.chunk * p + rank;
     InFlight& f = held[{a.chunk, a.micro}];
     // Compute actions wait for their messages before the clock starts (a no-op where
     // nothing is pending: the first or last virtual stage, one stage).
-    if (a.type == ActionType::kForward) f.input_recv.wait();
+    if (a.type == ActionType::kForward) {
+      f.input_recv.wait();
+      if (ctx.sent_gradients_done)
+        for (const auto& key : ctx.sent_gradients_done->at(index)) {
+          auto sent = grad_sends.find(key);
+          if (sent == grad_sends.end()) continue;
+          sent->second.first.wait();
+          grad_sends.erase(sent);
+        }
+    }
     if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardInput) {
       f.grad_recv.wait();
       auto sent = activation_sends.find({a.chunk, a.micro});
@@ -121,8 +132,8 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
       case ActionType::kSendGrad: {
         STRATA_ASSERT(f.input.defined() && f.input.grad().defined(), a.to_string(),
                       " has no input gradient to send");
-        grad_sends.push_back(send(f.input.grad().to(ctx.activation_dtype).contiguous(),
-                                  peer(vs - 1), tag(a.micro, vs - 1, false)));
+        grad_sends[{a.chunk, a.micro}] = send(f.input.grad().to(ctx.activation_dtype).contiguous(),
+                                              peer(vs - 1), tag(a.micro, vs - 1, false));
         held.erase({a.chunk, a.micro});
         break;
       }
@@ -138,7 +149,7 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
     if (ctx.timeline) ctx.timeline->push_back({a, started, seconds()});
   }
   for (auto& [key, sent] : activation_sends) sent.first.wait();
-  for (auto& sent : grad_sends) sent.first.wait();
+  for (auto& [key, sent] : grad_sends) sent.first.wait();
   return loss_sum;
 }
 

@@ -29,7 +29,9 @@ namespace strata {
 // compute that needs it; a send is never waited before the step's end, so neighbours
 // never wait on each other's sends, except that an activation's send is waited (and
 // its buffer dropped) when its gradient has arrived, when it has surely been
-// received, so the stage's sent outputs are not held m times. Shapes are static (activation_shape,
+// received, so the stage's sent outputs are not held m times, and a gradient's when
+// an activation the neighbour sent after receiving it has arrived (Note [sent
+// gradients released]). Shapes are static (activation_shape,
 // one micro-batch's (B, T, C)), so no shape handshake. Each message's tag names its micro-batch,
 // receiving virtual stage and kind, so no two messages between a pair can be
 // confused. A received activation is a leaf that requires grad; its gradient is what
@@ -48,6 +50,10 @@ struct StepContext {
   // When set, every action's start and end in seconds from the step's start (a receive
   // posts at once; its wait shows as the gap before the compute that needs it).
   std::vector<TimedAction>* timeline = nullptr;
+  // Per action of the list, the gradient sends to wait (and free) once its input has
+  // arrived (sent_gradients_done; Note [sent gradients released]). Null: all at the
+  // step's end.
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>>* sent_gradients_done = nullptr;
 };
 double run_stage_actions(const StageActions& actions, int64_t micro_batches, StepContext& ctx,
                          const std::function<Batch(int64_t micro)>& batch_of);

@@ -249,7 +249,12 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
       bool recv_act = false, send_act = false, recv_grad = false, send_grad = false;
     };
     std::map<std::pair<int64_t, int64_t>, State> state;  // (chunk, micro)
-    int64_t in_flight = 0, peak = 0;
+    int64_t in_flight = 0, peak = 0, awaiting_weight = 0;
+    std::vector<HeldBeside> beside;
+    auto note_beside = [&](int64_t forwarded_others) {
+      const HeldBeside h{forwarded_others, awaiting_weight};
+      if (std::find(beside.begin(), beside.end(), h) == beside.end()) beside.push_back(h);
+    };
     const std::string where = "stage " + std::to_string(r) + ": ";
     auto fail = [&](const Action& a, const std::string& what) {
       out.error = where + a.to_string() + " " + what;
@@ -266,6 +271,7 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
           if (st.compute != kNone) return fail(a, "runs a second forward"), out;
           if (vs > 0 && !st.recv_act) return fail(a, "runs before its input is received"), out;
           st.compute = kForwarded;
+          note_beside(in_flight - awaiting_weight);
           peak = std::max(peak, ++in_flight);
           break;
         case ActionType::kBackward:
@@ -276,14 +282,18 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
                    out;
           if (vs < last && !st.recv_grad)
             return fail(a, "runs before its output's gradient is received"), out;
+          note_beside(in_flight - awaiting_weight - 1);
           st.compute = a.type == ActionType::kBackward ? kDone : kInputGrad;
-          if (a.type == ActionType::kBackward) --in_flight;
+          if (a.type == ActionType::kBackward)
+            --in_flight;
+          else
+            ++awaiting_weight;
           break;
         case ActionType::kBackwardWeight:
           if (st.compute != kInputGrad)
             return fail(a, "does not follow its input gradient (I) exactly once"), out;
           st.compute = kDone;
-          --in_flight;
+          --in_flight, --awaiting_weight;
           break;
         case ActionType::kSendActivation:
         case ActionType::kRecvActivation:
@@ -320,6 +330,7 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
         if (vs > 0 && !st.send_grad) return fail({ActionType::kSendGrad, m, c}, "never runs"), out;
       }
     out.in_flight.push_back(peak);
+    out.beside.push_back(std::move(beside));
     out.max_in_flight = std::max(out.max_in_flight, peak);
   }
   for (const auto& [channel, messages] : sent) {
@@ -338,6 +349,42 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
       return out;
     }
   return out;
+}
+
+std::vector<std::vector<std::pair<int64_t, int64_t>>> sent_gradients_done(
+    const std::vector<StageActions>& schedule, int64_t rank) {
+  const auto p = static_cast<int64_t>(schedule.size());
+  const StageActions& mine = schedule[static_cast<size_t>(rank)];
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> done(mine.size());
+  const int64_t q = (rank + p - 1) % p;  // gradients go to, activations come from
+  const StageActions& theirs = schedule[static_cast<size_t>(q)];
+  auto find = [](const StageActions& list, size_t from, auto&& pred) {
+    for (size_t i = from; i < list.size(); ++i)
+      if (pred(list[i])) return i;
+    return list.size();
+  };
+  for (const Action& a : mine) {
+    if (a.type != ActionType::kSendGrad) continue;
+    const int64_t vs = a.chunk * p + rank - 1;  // the receiving virtual stage
+    const int64_t their_chunk = vs / p;
+    // The neighbour's backward (or backward-input) of that micro-batch ...
+    const size_t backward = find(theirs, 0, [&](const Action& b) {
+      return (b.type == ActionType::kBackward || b.type == ActionType::kBackwardInput) &&
+             b.micro == a.micro && b.chunk == their_chunk;
+    });
+    if (backward == theirs.size()) continue;
+    // ... then the first activation it sends on (to this rank: q's next stage is ours) ...
+    const size_t sent = find(theirs, backward + 1,
+                             [](const Action& b) { return b.type == ActionType::kSendActivation; });
+    if (sent == theirs.size()) continue;
+    const int64_t chunk = (theirs[sent].chunk * p + q + 1) / p;
+    // ... arrives before this rank's forward of it.
+    const size_t forward = find(mine, 0, [&](const Action& b) {
+      return b.type == ActionType::kForward && b.micro == theirs[sent].micro && b.chunk == chunk;
+    });
+    if (forward < mine.size()) done[forward].push_back({a.chunk, a.micro});
+  }
+  return done;
 }
 
 }  // namespace strata

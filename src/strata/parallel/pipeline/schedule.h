@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -80,12 +81,37 @@ std::vector<StageActions> pipeline_schedule(ScheduleKind kind, int64_t p, int64_
 // communication action sits next to its compute and each send is received, in the
 // same order, by the neighbour; and the largest number of micro-batches whose
 // activations a rank holds at once (from a forward to its backward or weight step).
+//
+// beside: per rank, what it holds of the other micro-batches at each of its compute
+// actions (distinct states, in order of first appearance): those run forward and not
+// yet backward (all their activations), and those past their backward-input and not
+// yet weight-stepped (only the tensors their deferred weight gradients need; Note
+// [deferred weight gradients]). The memory estimate takes the costliest.
+struct HeldBeside {
+  int64_t forwarded = 0;
+  int64_t awaiting_weight = 0;
+  bool operator==(const HeldBeside&) const = default;
+};
 struct ScheduleCheck {
   std::string error;
   int64_t max_in_flight = 0;
   std::vector<int64_t> in_flight;  // per rank
+  std::vector<std::vector<HeldBeside>> beside;
 };
 ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t micro_batches,
                              int64_t chunks = 1);
+
+// Note [sent gradients released]: a sent gradient's buffer must live until its send is
+// waited, and waiting a Gloo send blocks until the neighbour has received it. Waited at
+// the step's end, a stage held every micro-batch's input gradient until then (m of
+// them: the debug GPT's last stage 0.75 MiB at 16 micro-batches, GPT-3's 50 MB each).
+// The schedule tells when waiting cannot block: the neighbour received gradient k
+// before its backward of k, so any activation it sends this rank after that backward
+// arrives after gradient k did. For each action of rank `rank`'s list, the (chunk,
+// micro) keys of the gradient sends that are surely complete once that action's input
+// has arrived (set on forwards only; empty elsewhere). A send no such forward follows
+// is waited at the step's end.
+std::vector<std::vector<std::pair<int64_t, int64_t>>> sent_gradients_done(
+    const std::vector<StageActions>& schedule, int64_t rank);
 
 }  // namespace strata
