@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include <c10/util/StringUtil.h>
 
@@ -272,15 +273,16 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.host_bytes = e.states.host_optimizer;
   // Note [pipeline tied gradients under ZeRO]: on a pipeline, stage 2 keeps the root
   // unit's full gradients over the micro-steps (their reduction waits for the tied
-  // embedding's exchange): autograd's .grad tensors, from the first micro-batch's
-  // backward to finalize(), beside the shard its buffer holds (at dp=1 too). Counted
-  // as the full root less the shard, with the tied head's gradient a transient of the
-  // head's backward, the first stage of the debug GPT at pp=2 measured 11% above its
-  // estimate at dp=1 (5.7% at dp=2) and the last stage's matched only at dp=1 (5.7%
-  // over at dp=2); a rank's timeline shows the full root held from the first backward
-  // on, and nothing more at the head's.
-  if (in.pp > 1 && in.zero == 2)
-    e.states.gradients += (outside - frozen) * static_cast<double>(p_bytes);
+  // embedding's exchange): autograd's .grad tensors, from the step's first backward to
+  // finalize(), beside the shard its buffer holds (at dp=1 too). Counted as the full
+  // root less the shard for the whole step, with the tied head's gradient a transient
+  // of the head's backward, the first stage of the debug GPT at pp=2 measured 11%
+  // above its estimate at dp=1 (5.7% at dp=2) and the last stage matched only at dp=1
+  // (5.7% over at dp=2). A rank's timeline shows the full root held from the end of
+  // its first backward on, and nothing more at the head's; under GPipe that first
+  // backward, with every micro-batch in flight, is the peak, without it.
+  const double root_held =
+      in.pp > 1 && in.zero == 2 ? (outside - frozen) * static_cast<double>(p_bytes) : 0.0;
 
   ActivationOptions ao;
   ao.micro_batch = in.micro_batch;
@@ -400,23 +402,29 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     if (in.pp_virtual == 1) beside = held.beside[static_cast<size_t>(stage)];
   }
   // The costliest of what the other micro-batches hold while one computes
-  // (`per_micro`: a whole one's activations).
-  auto costliest_beside = [&](double per_micro) {
+  // (`per_micro`: a whole one's activations), before the rank's first backward or
+  // after it (`later`; either where the list has no such moment).
+  auto costliest_beside = [&](double per_micro, std::optional<bool> later) {
     const double deferred = deferring ? deferred_per_micro(last_stage) : 0.0;
+    if (later && std::none_of(beside.begin(), beside.end(),
+                              [&](const HeldBeside& h) { return h.after_backward == *later; }))
+      later.reset();
     std::pair<double, HeldBeside> most{-1.0, {}};
     for (const HeldBeside& h : beside) {
+      if (later && h.after_backward != *later) continue;
       const double bytes = static_cast<double>(h.forwarded) * per_micro +
                            static_cast<double>(h.awaiting_weight) * deferred;
       if (bytes > most.first) most = {bytes, h};
     }
     return most;
   };
-  auto held_beside = [&](double per_micro) {
-    return beside.empty() ? (in_flight - 1) * per_micro : costliest_beside(per_micro).first;
+  auto held_beside = [&](double per_micro, bool later) {
+    return beside.empty() ? (in_flight - 1) * per_micro : costliest_beside(per_micro, later).first;
   };
 
   // One pipeline stage's step (without a pipeline, the one stage is first and
-  // last): the micro-batches in flight beside the one replayed hold held_beside().
+  // last): the micro-batches in flight beside the one replayed hold held_beside(), its
+  // first micro-step before the rank's first backward, the second after it.
   auto replay = [&](bool first, bool last, double& per_micro) {
     StepReplay r;
     r.level[kParams] = e.states.parameters;
@@ -427,7 +435,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     const int64_t micro_steps = std::min<int64_t>(in.micro_batches, 2);  // later ones repeat
     for (int64_t m = 0; m < micro_steps; ++m) {
       const std::string mb = c10::str("micro[", m, "]");
-      const double in_flight_before = held_beside(per_micro);
+      // From the second micro-step on, after the first backward: the others held then,
+      // and the ZeRO-2 root's gradients.
+      const double in_flight_before = held_beside(per_micro, m > 0) + (m > 0 ? root_held : 0.0);
       r.level[kActs] = in_flight_before + am.batch;
       r.level[kComm] = pipe_comm;
       r.mark(mb + ".forward.begin");
@@ -502,6 +512,18 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       r.level[kComm] = pipe_comm;
       r.mark(mb + ".backward.end");
     }
+    // Note [pipeline tied exchange]: the two ends of a pipeline sum their tied
+    // embedding's gradients after backward (PipelineGradSync::exchange_tied): each
+    // sends a copy of its .grad and receives the other's, two tensors of the tied
+    // weight's size beside the .grad itself (under ZeRO-2 the root's .grad tensors,
+    // still held; else in the gradients). Unmodelled, BERT-debug's first stage at
+    // dp=2 pp=2 under ZeRO-2 measured 7.1% above its estimate, its peak there.
+    if (in.pp > 1 && (first_stage || last_stage) && am.tied_gradient > 0) {
+      r.level[kActs] = root_held;
+      r.level[kComm] = 0;
+      r.mark("pipeline.tied exchange (peak)");
+      r.points.back().bytes[kOtherCat] += 2 * am.tied_gradient;
+    }
     r.level[kActs] = 0;
     r.level[kComm] = 0;
     r.mark("optimizer.begin");
@@ -519,11 +541,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     return r.points;
   };
 
+  // The first replay learns a micro-batch's activations (per_micro), which the second
+  // holds beside each one replayed: its first micro-step as the rank's first backward
+  // sees them, the next as those after it.
   double per_micro = 0;
+  (void)replay(in.pp == 1 || first_stage, in.pp == 1 || last_stage, per_micro);
   e.timeline = replay(in.pp == 1 || first_stage, in.pp == 1 || last_stage, per_micro);
   e.activations_per_micro_batch = per_micro;
   if (!beside.empty()) {
-    const HeldBeside h = costliest_beside(per_micro).second;
+    const HeldBeside h = costliest_beside(per_micro, std::nullopt).second;
     e.micro_batches_in_flight = h.forwarded + 1;
     if (deferring) {
       e.micro_batches_awaiting_weight = h.awaiting_weight;

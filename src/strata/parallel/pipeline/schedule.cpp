@@ -251,8 +251,9 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
     std::map<std::pair<int64_t, int64_t>, State> state;  // (chunk, micro)
     int64_t in_flight = 0, peak = 0, awaiting_weight = 0;
     std::vector<HeldBeside> beside;
+    bool backward_run = false;
     auto note_beside = [&](int64_t forwarded_others) {
-      const HeldBeside h{forwarded_others, awaiting_weight};
+      const HeldBeside h{forwarded_others, awaiting_weight, backward_run};
       if (std::find(beside.begin(), beside.end(), h) == beside.end()) beside.push_back(h);
     };
     const std::string where = "stage " + std::to_string(r) + ": ";
@@ -283,6 +284,7 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
           if (vs < last && !st.recv_grad)
             return fail(a, "runs before its output's gradient is received"), out;
           note_beside(in_flight - awaiting_weight - 1);
+          backward_run = true;
           st.compute = a.type == ActionType::kBackward ? kDone : kInputGrad;
           if (a.type == ActionType::kBackward)
             --in_flight;

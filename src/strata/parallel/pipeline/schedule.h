@@ -86,10 +86,14 @@ std::vector<StageActions> pipeline_schedule(ScheduleKind kind, int64_t p, int64_
 // actions (distinct states, in order of first appearance): those run forward and not
 // yet backward (all their activations), and those past their backward-input and not
 // yet weight-stepped (only the tensors their deferred weight gradients need; Note
-// [deferred weight gradients]). The memory estimate takes the costliest.
+// [deferred weight gradients]), and whether the rank has run a backward (or
+// backward-input) before it, after which what a step's first backward leaves (the
+// gradients a pipeline's ZeRO-2 root keeps) is held too. The memory estimate takes the
+// costliest.
 struct HeldBeside {
   int64_t forwarded = 0;
   int64_t awaiting_weight = 0;
+  bool after_backward = false;
   bool operator==(const HeldBeside&) const = default;
 };
 struct ScheduleCheck {
