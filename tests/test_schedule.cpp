@@ -140,6 +140,22 @@ TEST(PipelineSchedule, EveryScheduleIsValidDeadlockFreeAndHasItsTheoreticalBubbl
         const auto s = pipeline_schedule(ScheduleKind::kInterleaved, p, m, v);
         const ScheduleCheck c = check_schedule(s, m, v);
         ASSERT_EQ(c.error, "") << "interleaved v=" << v << " " << at;
+        // What it holds beside each action, per chunk (Note [interleaved memory]): the
+        // chunks' counts sum to the whole, and the most held at once is in_flight - 1.
+        for (int64_t r = 0; r < p; ++r) {
+          int64_t most = 0;
+          for (const HeldBeside& h : c.beside[static_cast<size_t>(r)]) {
+            ASSERT_EQ(static_cast<int64_t>(h.forwarded_by_chunk.size()), v) << at;
+            int64_t sum = 0;
+            for (const int64_t n : h.forwarded_by_chunk) {
+              EXPECT_GE(n, 0) << at;
+              sum += n;
+            }
+            EXPECT_EQ(sum, h.forwarded) << at;
+            most = std::max(most, h.forwarded);
+          }
+          EXPECT_EQ(most, c.in_flight[static_cast<size_t>(r)] - 1) << "v=" << v << " " << at;
+        }
         const Simulation sim = simulate_schedule(s, unit_costs(v));
         ASSERT_EQ(sim.error, "") << "interleaved v=" << v << " " << at;
         const double idle = sim.step_time - sim.busy[0];

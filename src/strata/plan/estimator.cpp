@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <optional>
 
 #include <c10/util/StringUtil.h>
 
 #include "strata/core/errors.h"
 #include "strata/memory/multi_tensor.h"
+#include "strata/parallel/pipeline/partition.h"
 #include "strata/parallel/pipeline/schedule.h"
 
 namespace strata {
@@ -249,11 +249,22 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.stage = stage;
   const bool first_stage = stage == 0, last_stage = stage == in.pp - 1;
   int64_t stage_layers = (layers + in.pp - 1) / in.pp;
+  // The rank's chunks' blocks, in chunk order (one chunk without interleaving).
+  std::vector<int64_t> chunk_blocks;
+  const int64_t virtual_stages = in.pp * std::max<int64_t>(1, in.pp_virtual);
+  if (in.pp > 1 && in.pp_virtual > 1 && in.stage_blocks.empty() && layers >= virtual_stages) {
+    const std::vector<int64_t> parts = uniform_partition(layers, virtual_stages);
+    for (auto vs = static_cast<size_t>(stage); vs < parts.size(); vs += static_cast<size_t>(in.pp))
+      chunk_blocks.push_back(parts[vs]);
+    stage_layers = std::accumulate(chunk_blocks.begin(), chunk_blocks.end(), int64_t{0});
+  }
   if (in.pp > 1 && !in.stage_blocks.empty()) {
     stage_layers = 0;
     for (size_t vs = static_cast<size_t>(stage); vs < in.stage_blocks.size();
-         vs += static_cast<size_t>(in.pp))
+         vs += static_cast<size_t>(in.pp)) {
       stage_layers += in.stage_blocks[vs];
+      chunk_blocks.push_back(in.stage_blocks[vs]);
+    }
   }
   const double blocks_params = static_cast<double>(rc.total - rc.outside_blocks);
   // This stage's share of what lies outside the blocks (all of it without a pipeline).
@@ -314,9 +325,39 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   }
   const bool stage3 = in.zero >= 3, reduces_in_backward = in.zero >= 2;
 
-  const std::vector<Segment> segments = recompute_segments(
-      in.recompute, static_cast<int64_t>(am.blocks.size()),
-      std::clamp<int64_t>(in.recompute_k, 1, static_cast<int64_t>(am.blocks.size())));
+  // The model parts this rank runs: one stage, or (interleaved) a chunk per virtual
+  // stage c·p + rank, each with its blocks' recompute segments (indices into am.blocks,
+  // the rank's blocks in chunk order) and its ends.
+  //
+  // Note [interleaved memory]: an interleaved rank holds chunk-micro-batches of
+  // different sizes: only the model's last virtual stage keeps the head's logits, only
+  // the first the embedding. Counted as in-flight counts over v of the whole rank's
+  // micro-batch, the last rank of the debug GPT (pp=2, v=2) was estimated 8.0% over its
+  // measurement and (pp=4, 8 blocks) 18.1% over, rank 0 5.2% under. So each chunk is
+  // replayed on its own, beside what the schedule holds of each chunk at once
+  // (check_schedule's forwarded_by_chunk): within 1.1% in the same runs.
+  struct ChunkPart {
+    bool first = false, last = false;  // the model's first / last virtual stage
+    std::vector<Segment> segments;
+  };
+  std::vector<ChunkPart> chunks;
+  {
+    if (chunk_blocks.empty()) chunk_blocks = {static_cast<int64_t>(am.blocks.size())};
+    int64_t offset = 0;
+    for (size_t c = 0; c < chunk_blocks.size(); ++c) {
+      const int64_t vs = static_cast<int64_t>(c) * in.pp + stage;
+      const int64_t n = std::min(chunk_blocks[c], static_cast<int64_t>(am.blocks.size()) - offset);
+      ChunkPart part{in.pp == 1 || vs == 0, in.pp == 1 || vs == virtual_stages - 1, {}};
+      if (n > 0)
+        for (Segment seg :
+             recompute_segments(in.recompute, n, std::clamp<int64_t>(in.recompute_k, 1, n))) {
+          seg.begin += offset, seg.end += offset;
+          part.segments.push_back(seg);
+        }
+      chunks.push_back(std::move(part));
+      offset += std::max<int64_t>(n, 0);
+    }
+  }
   // Note [estimated ZeRO buffers]: a gather in flight holds its output and, on
   // Gloo, a staging buffer of the same size (2 units); a finished one only the
   // gathered unit. Stage 3 keeps the root gathered through forward and backward,
@@ -331,9 +372,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // received input is the first block's saved input, and the output a stage sends is
   // held with its micro-batch until the gradient comes back.
   const double pipe_comm = 0;
-  const double grad_recv = in.pp > 1 && !last_stage ? am.blocks.back().out : 0.0;
-  const double sent_output =
-      in.pp > 1 && !last_stage && !am.block_keeps_output ? am.blocks.back().out : 0.0;
+  auto chunk_output = [&](const ChunkPart& part) {
+    return part.segments.empty() ? 0.0
+                                 : am.blocks[static_cast<size_t>(part.segments.back().end - 1)].out;
+  };
   // Stage 3: block i gathered and block `next` prefetched (in flight).
   auto gathered = [&](int64_t i, int64_t next) {
     const auto n = static_cast<int64_t>(am.blocks.size());
@@ -384,9 +426,11 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // defers: a tensor-parallel linear computes its weight gradient in I, and its W is
   // empty.
   const bool deferring = in.pp > 1 && in.schedule == "zb-h1" && in.tp == 1;
-  auto deferred_per_micro = [&](bool last) {
-    double sum = last ? am.head_deferred : 0.0;
-    for (const BlockActivations& b : am.blocks) sum += b.deferred;
+  auto deferred_per_micro = [&](const ChunkPart& part) {
+    double sum = part.last ? am.head_deferred : 0.0;
+    for (const Segment& seg : part.segments)
+      for (int64_t i = seg.begin; i < seg.end; ++i)
+        sum += am.blocks[static_cast<size_t>(i)].deferred;
     return sum;
   };
   double in_flight = 1;
@@ -399,33 +443,39 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     e.micro_batches_in_flight = held.in_flight[static_cast<size_t>(stage)];
     in_flight = static_cast<double>(e.micro_batches_in_flight) /
                 static_cast<double>(std::max<int64_t>(1, in.pp_virtual));
-    if (in.pp_virtual == 1) beside = held.beside[static_cast<size_t>(stage)];
+    beside = held.beside[static_cast<size_t>(stage)];
   }
   // The costliest of what the other micro-batches hold while one computes
-  // (`per_micro`: a whole one's activations), before the rank's first backward or
-  // after it (`later`; either where the list has no such moment).
-  auto costliest_beside = [&](double per_micro, std::optional<bool> later) {
-    const double deferred = deferring ? deferred_per_micro(last_stage) : 0.0;
-    if (later && std::none_of(beside.begin(), beside.end(),
-                              [&](const HeldBeside& h) { return h.after_backward == *later; }))
-      later.reset();
+  // (`per_micro`: a micro-batch's activations on each chunk), at any moment
+  // (kAnyMoment) or only before (0) or after (1) the rank's first backward (any, where
+  // the list has no such moment).
+  constexpr int kAnyMoment = -1;
+  auto costliest_beside = [&](const std::vector<double>& per_micro, int later) {
+    const double deferred = deferring ? deferred_per_micro(chunks.front()) : 0.0;
+    if (std::none_of(beside.begin(), beside.end(), [&](const HeldBeside& h) {
+          return static_cast<int>(h.after_backward) == later;
+        }))
+      later = kAnyMoment;
     std::pair<double, HeldBeside> most{-1.0, {}};
     for (const HeldBeside& h : beside) {
-      if (later && h.after_backward != *later) continue;
-      const double bytes = static_cast<double>(h.forwarded) * per_micro +
-                           static_cast<double>(h.awaiting_weight) * deferred;
+      if (later != kAnyMoment && static_cast<int>(h.after_backward) != later) continue;
+      double bytes = static_cast<double>(h.awaiting_weight) * deferred;
+      for (size_t c = 0; c < h.forwarded_by_chunk.size() && c < per_micro.size(); ++c)
+        bytes += static_cast<double>(h.forwarded_by_chunk[c]) * per_micro[c];
       if (bytes > most.first) most = {bytes, h};
     }
     return most;
   };
-  auto held_beside = [&](double per_micro, bool later) {
-    return beside.empty() ? (in_flight - 1) * per_micro : costliest_beside(per_micro, later).first;
+  auto held_beside = [&](const std::vector<double>& per_micro, bool later) {
+    return beside.empty() ? (in_flight - 1) * per_micro.front()
+                          : costliest_beside(per_micro, later ? 1 : 0).first;
   };
 
   // One pipeline stage's step (without a pipeline, the one stage is first and
-  // last): the micro-batches in flight beside the one replayed hold held_beside(), its
-  // first micro-step before the rank's first backward, the second after it.
-  auto replay = [&](bool first, bool last, double& per_micro) {
+  // last; interleaved, each chunk in turn): the micro-batches in flight beside the one
+  // replayed hold held_beside(), its first micro-step before the rank's first
+  // backward, the second after it.
+  auto replay = [&](std::vector<double>& per_micro) {
     StepReplay r;
     r.level[kParams] = e.states.parameters;
     r.level[kGrads] = e.states.gradients;
@@ -434,83 +484,94 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     r.mark("step.begin");
     const int64_t micro_steps = std::min<int64_t>(in.micro_batches, 2);  // later ones repeat
     for (int64_t m = 0; m < micro_steps; ++m) {
-      const std::string mb = c10::str("micro[", m, "]");
-      // From the second micro-step on, after the first backward: the others held then,
-      // and the ZeRO-2 root's gradients.
-      const double in_flight_before = held_beside(per_micro, m > 0) + (m > 0 ? root_held : 0.0);
-      r.level[kActs] = in_flight_before + am.batch;
-      r.level[kComm] = pipe_comm;
-      r.mark(mb + ".forward.begin");
-      if (first) r.level[kActs] += am.embed;
-      for (const Segment& s : segments) {
-        for (int64_t i = s.begin; i < s.end; ++i) {
-          const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
-          if (stage3) r.level[kComm] = pipe_comm + zu.root + gathered(i, i + 1);
-          r.level[kActs] += s.recompute ? (i + 1 == s.end ? b.out : 0.0) : b.saved;
-          if (!s.recompute || i + 1 == s.end) r.mark(c10::str("block[", i, "].forward.end"));
-        }
-      }
-      r.level[kActs] += sent_output;
-      per_micro = std::max(per_micro, r.level[kActs] - in_flight_before - am.batch);
-      r.level[kActs] += grad_recv;
-      // Stage 3: the blocks are freed; the last one's gather for backward starts.
-      if (stage3) r.level[kComm] = pipe_comm + zu.root + staging * am.blocks.back().weights;
-      if (last) {
-        // The head's saved tensors (the logits) stay with their micro-batch until its
-        // backward: on a last stage that runs several forwards first (GPipe) each one
-        // in flight holds them too.
-        if (in_flight > 1)
-          per_micro = std::max(per_micro, r.level[kActs] - in_flight_before - am.batch + am.head);
-        r.level[kActs] += am.head;
-        r.mark(mb + ".loss");
-        r.mark("head.backward (peak)", am.head_backward);
-        r.level[kActs] += -am.head + (am.block_keeps_output ? am.blocks.back().out : 0.0) +
-                          (deferring ? am.head_deferred : 0.0);
-      }
-      // Without a persistent .grad (DDP clears it, ZeRO-2/3 hands it to a reduction)
-      // the head's part of a tied weight's gradient is held until the embedding's.
-      const bool grads_persist = in.zero == 1 || (in.zero == 0 && in.dp == 1);
-      const double tied_held = first && last && !grads_persist ? am.tied_gradient : 0.0;
-      r.level[kActs] += tied_held;
-      if (reduces_in_backward) r.level[kActs] += zu.root_grads;  // wait for the root's reduction
-      double in_flight_reduction = 0;
-      for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
-        const Segment& s = *it;
-        if (s.recompute) {
-          // The re-run keeps everything again, the segment's input until its end.
-          for (int64_t i = s.begin; i < s.end; ++i)
-            r.level[kActs] += am.blocks[static_cast<size_t>(i)].saved;
-          r.mark(c10::str("block[", s.end - 1, "].recompute"));
-        }
-        for (int64_t i = s.end - 1; i >= s.begin; --i) {
-          const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
-          double extra_acts = b.backward_extra;
-          double comm = pipe_comm + in_flight_reduction;
-          if (stage3) comm += zu.root + gathered(i, i - 1);
-          if (reduces_in_backward) {
-            // The weight gradient a kernel makes is the .grad itself here.
-            extra_acts += b.weights - b.weight_grad;
-            comm += b.weights;  // the reduction buffer, while the previous one is in flight
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const ChunkPart& part = chunks[c];
+        const bool first = part.first, last = part.last;
+        const std::string mb = chunks.size() > 1 ? c10::str("micro[", m, "] chunk[", c, "]")
+                                                 : c10::str("micro[", m, "]");
+        // A part that is not the model's last sends its output (held with the
+        // micro-batch until its gradient returns) and receives that gradient.
+        const double sent_output = !last && !am.block_keeps_output ? chunk_output(part) : 0.0;
+        const double grad_recv = !last ? chunk_output(part) : 0.0;
+        // From the second micro-step on, after the first backward: the others held
+        // then, and the ZeRO-2 root's gradients.
+        const double in_flight_before = held_beside(per_micro, m > 0) + (m > 0 ? root_held : 0.0);
+        double& mine = per_micro[c];
+        r.level[kActs] = in_flight_before + am.batch;
+        r.level[kComm] = pipe_comm;
+        r.mark(mb + ".forward.begin");
+        if (first) r.level[kActs] += am.embed;
+        for (const Segment& s : part.segments) {
+          for (int64_t i = s.begin; i < s.end; ++i) {
+            const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
+            if (stage3) r.level[kComm] = pipe_comm + zu.root + gathered(i, i + 1);
+            r.level[kActs] += s.recompute ? (i + 1 == s.end ? b.out : 0.0) : b.saved;
+            if (!s.recompute || i + 1 == s.end) r.mark(c10::str("block[", i, "].forward.end"));
           }
-          r.level[kComm] = comm;
-          r.mark(c10::str("block[", i, "].backward (peak)"), extra_acts);
-          if (reduces_in_backward) in_flight_reduction = b.weights;
-          r.level[kActs] -= b.saved;
-          r.level[kActs] += b.in - b.out + (deferring ? b.deferred : 0.0);
         }
-        if (s.recompute && s.begin > 0)
-          r.level[kActs] -= am.blocks[static_cast<size_t>(s.begin - 1)].out;
+        r.level[kActs] += sent_output;
+        mine = std::max(mine, r.level[kActs] - in_flight_before - am.batch);
+        r.level[kActs] += grad_recv;
+        // Stage 3: the blocks are freed; the last one's gather for backward starts.
+        if (stage3) r.level[kComm] = pipe_comm + zu.root + staging * am.blocks.back().weights;
+        if (last) {
+          // The head's saved tensors (the logits) stay with their micro-batch until its
+          // backward: on a last stage that runs several forwards first (GPipe) each one
+          // in flight holds them too.
+          if (in_flight > 1)
+            mine = std::max(mine, r.level[kActs] - in_flight_before - am.batch + am.head);
+          r.level[kActs] += am.head;
+          r.mark(mb + ".loss");
+          r.mark("head.backward (peak)", am.head_backward);
+          r.level[kActs] += -am.head + (am.block_keeps_output ? am.blocks.back().out : 0.0) +
+                            (deferring ? am.head_deferred : 0.0);
+        }
+        // Without a persistent .grad (DDP clears it, ZeRO-2/3 hands it to a reduction)
+        // the head's part of a tied weight's gradient is held until the embedding's.
+        const bool grads_persist = in.zero == 1 || (in.zero == 0 && in.dp == 1);
+        const double tied_held = first && last && !grads_persist ? am.tied_gradient : 0.0;
+        r.level[kActs] += tied_held;
+        if (reduces_in_backward) r.level[kActs] += zu.root_grads;  // wait for the root's reduction
+        double in_flight_reduction = 0;
+        for (auto it = part.segments.rbegin(); it != part.segments.rend(); ++it) {
+          const Segment& s = *it;
+          if (s.recompute) {
+            // The re-run keeps everything again, the segment's input until its end.
+            for (int64_t i = s.begin; i < s.end; ++i)
+              r.level[kActs] += am.blocks[static_cast<size_t>(i)].saved;
+            r.mark(c10::str("block[", s.end - 1, "].recompute"));
+          }
+          for (int64_t i = s.end - 1; i >= s.begin; --i) {
+            const BlockActivations& b = am.blocks[static_cast<size_t>(i)];
+            double extra_acts = b.backward_extra;
+            double comm = pipe_comm + in_flight_reduction;
+            if (stage3) comm += zu.root + gathered(i, i - 1);
+            if (reduces_in_backward) {
+              // The weight gradient a kernel makes is the .grad itself here.
+              extra_acts += b.weights - b.weight_grad;
+              comm += b.weights;  // the reduction buffer, while the previous one is in flight
+            }
+            r.level[kComm] = comm;
+            r.mark(c10::str("block[", i, "].backward (peak)"), extra_acts);
+            if (reduces_in_backward) in_flight_reduction = b.weights;
+            r.level[kActs] -= b.saved;
+            r.level[kActs] += b.in - b.out + (deferring ? b.deferred : 0.0);
+          }
+          if (s.recompute && s.begin > 0)
+            r.level[kActs] -= am.blocks[static_cast<size_t>(s.begin - 1)].out;
+        }
+        if (first && am.embed_backward > 0)
+          r.mark(mb + ".embed.backward (peak)", am.embed_backward);
+        if (first && reduces_in_backward) {
+          // The root is reduced last: its gradients are copied into a flat buffer while
+          // they are still autograd's (and, stage 3, the root is still gathered).
+          r.level[kComm] = pipe_comm + in_flight_reduction + zu.root + (stage3 ? zu.root : 0.0);
+          r.mark("zero.reduce root (peak)");
+        }
+        r.level[kActs] = in_flight_before + am.batch + (deferring ? deferred_per_micro(part) : 0.0);
+        r.level[kComm] = pipe_comm;
+        r.mark(mb + ".backward.end");
       }
-      if (first && am.embed_backward > 0) r.mark(mb + ".embed.backward (peak)", am.embed_backward);
-      if (first && reduces_in_backward) {
-        // The root is reduced last: its gradients are copied into a flat buffer while
-        // they are still autograd's (and, stage 3, the root is still gathered).
-        r.level[kComm] = pipe_comm + in_flight_reduction + zu.root + (stage3 ? zu.root : 0.0);
-        r.mark("zero.reduce root (peak)");
-      }
-      r.level[kActs] = in_flight_before + am.batch + (deferring ? deferred_per_micro(last) : 0.0);
-      r.level[kComm] = pipe_comm;
-      r.mark(mb + ".backward.end");
     }
     // Note [pipeline tied exchange]: the two ends of a pipeline sum their tied
     // embedding's gradients after backward (PipelineGradSync::exchange_tied): each
@@ -544,16 +605,16 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // The first replay learns a micro-batch's activations (per_micro), which the second
   // holds beside each one replayed: its first micro-step as the rank's first backward
   // sees them, the next as those after it.
-  double per_micro = 0;
-  (void)replay(in.pp == 1 || first_stage, in.pp == 1 || last_stage, per_micro);
-  e.timeline = replay(in.pp == 1 || first_stage, in.pp == 1 || last_stage, per_micro);
-  e.activations_per_micro_batch = per_micro;
-  if (!beside.empty()) {
-    const HeldBeside h = costliest_beside(per_micro, std::nullopt).second;
+  std::vector<double> per_micro(chunks.size(), 0.0);
+  (void)replay(per_micro);
+  e.timeline = replay(per_micro);
+  e.activations_per_micro_batch = std::accumulate(per_micro.begin(), per_micro.end(), 0.0);
+  if (!beside.empty() && chunks.size() == 1) {
+    const HeldBeside h = costliest_beside(per_micro, kAnyMoment).second;
     e.micro_batches_in_flight = h.forwarded + 1;
     if (deferring) {
       e.micro_batches_awaiting_weight = h.awaiting_weight;
-      e.deferred_per_micro_batch = deferred_per_micro(last_stage);
+      e.deferred_per_micro_batch = deferred_per_micro(chunks.front());
     }
   }
   if (in.pp > 1)

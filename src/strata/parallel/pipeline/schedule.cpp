@@ -252,8 +252,12 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
     int64_t in_flight = 0, peak = 0, awaiting_weight = 0;
     std::vector<HeldBeside> beside;
     bool backward_run = false;
-    auto note_beside = [&](int64_t forwarded_others) {
-      const HeldBeside h{forwarded_others, awaiting_weight, backward_run};
+    std::vector<int64_t> forwarded(static_cast<size_t>(std::max<int64_t>(chunks, 1)), 0);
+    // The state beside an action of `chunk` (its own micro-batch not counted).
+    auto note_beside = [&](int64_t chunk, bool own_forwarded) {
+      HeldBeside h{0, awaiting_weight, backward_run, forwarded};
+      if (own_forwarded) --h.forwarded_by_chunk[static_cast<size_t>(chunk)];
+      for (const int64_t n : h.forwarded_by_chunk) h.forwarded += n;
       if (std::find(beside.begin(), beside.end(), h) == beside.end()) beside.push_back(h);
     };
     const std::string where = "stage " + std::to_string(r) + ": ";
@@ -272,7 +276,8 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
           if (st.compute != kNone) return fail(a, "runs a second forward"), out;
           if (vs > 0 && !st.recv_act) return fail(a, "runs before its input is received"), out;
           st.compute = kForwarded;
-          note_beside(in_flight - awaiting_weight);
+          note_beside(a.chunk, false);
+          ++forwarded[static_cast<size_t>(a.chunk)];
           peak = std::max(peak, ++in_flight);
           break;
         case ActionType::kBackward:
@@ -283,7 +288,8 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
                    out;
           if (vs < last && !st.recv_grad)
             return fail(a, "runs before its output's gradient is received"), out;
-          note_beside(in_flight - awaiting_weight - 1);
+          note_beside(a.chunk, true);
+          --forwarded[static_cast<size_t>(a.chunk)];
           backward_run = true;
           st.compute = a.type == ActionType::kBackward ? kDone : kInputGrad;
           if (a.type == ActionType::kBackward)

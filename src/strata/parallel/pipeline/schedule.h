@@ -86,7 +86,8 @@ std::vector<StageActions> pipeline_schedule(ScheduleKind kind, int64_t p, int64_
 // actions (distinct states, in order of first appearance): those run forward and not
 // yet backward (all their activations), and those past their backward-input and not
 // yet weight-stepped (only the tensors their deferred weight gradients need; Note
-// [deferred weight gradients]), and whether the rank has run a backward (or
+// [deferred weight gradients]; the forwarded also per chunk, whose parts differ), and
+// whether the rank has run a backward (or
 // backward-input) before it, after which what a step's first backward leaves (the
 // gradients a pipeline's ZeRO-2 root keeps) is held too. The memory estimate takes the
 // costliest.
@@ -94,6 +95,7 @@ struct HeldBeside {
   int64_t forwarded = 0;
   int64_t awaiting_weight = 0;
   bool after_backward = false;
+  std::vector<int64_t> forwarded_by_chunk{};  // forwarded, per chunk of the rank
   bool operator==(const HeldBeside&) const = default;
 };
 struct ScheduleCheck {
