@@ -110,6 +110,8 @@ ActivationModel transformer(const ModelSpec& spec, const ActivationOptions& o) {
   if (spec.tied_embedding || bert) m.tied_gradient = s.V * s.C * s.p / s.t;
   m.embed_backward = s.V * s.C * s.p / s.t;
   m.selective_saving = attention_core(s, spec.dropout);
+  m.stage_message = s.N * s.C * s.a / (s.sp ? s.t : 1.0);
+  if (s.r != s.a) m.sent_copy = m.stage_message;
   return m;
 }
 

@@ -43,6 +43,14 @@ struct ActivationModel {
   // is added into (or becomes) .grad.
   double embed_backward = 0;
   bool block_keeps_output = false;  // the block's own last op saves its output (ReLU)
+  // What a pipeline stage's send adds beside its output (Note [pipeline executor]): the
+  // output is sent as it is, unless it must be cast to the activation dtype (GPT's
+  // fp32 residual stream under autocast), when the half copy is held until its
+  // gradient returns.
+  double sent_copy = 0;
+  // A message between pipeline stages (an activation or its gradient), in the
+  // activation dtype; 0: the block input's size.
+  double stage_message = 0;
   // Selective recompute: bytes dropped per block (attention core internals).
   double selective_saving = 0;
 };

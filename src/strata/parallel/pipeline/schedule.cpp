@@ -254,8 +254,11 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
     bool backward_run = false;
     std::vector<int64_t> forwarded(static_cast<size_t>(std::max<int64_t>(chunks, 1)), 0);
     // The state beside an action of `chunk` (its own micro-batch not counted).
+    // Sent gradients held until the executor releases them.
+    const auto released = sent_gradients_done(schedule, r);
+    int64_t gradients_sent = 0;
     auto note_beside = [&](int64_t chunk, bool own_forwarded) {
-      HeldBeside h{0, awaiting_weight, backward_run, forwarded};
+      HeldBeside h{0, awaiting_weight, backward_run, forwarded, gradients_sent};
       if (own_forwarded) --h.forwarded_by_chunk[static_cast<size_t>(chunk)];
       for (const int64_t n : h.forwarded_by_chunk) h.forwarded += n;
       if (std::find(beside.begin(), beside.end(), h) == beside.end()) beside.push_back(h);
@@ -264,7 +267,11 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
     auto fail = [&](const Action& a, const std::string& what) {
       out.error = where + a.to_string() + " " + what;
     };
-    for (const Action& a : schedule[static_cast<size_t>(r)]) {
+    const StageActions& list = schedule[static_cast<size_t>(r)];
+    for (size_t index = 0; index < list.size(); ++index) {
+      const Action& a = list[index];
+      gradients_sent -= static_cast<int64_t>(released[index].size());
+      if (a.type == ActionType::kSendGrad) ++gradients_sent;
       if (a.micro < 0 || a.micro >= micro_batches || a.chunk < 0 || a.chunk >= chunks) {
         fail(a, "names no micro-batch or chunk of this run");
         return out;

@@ -96,6 +96,8 @@ struct HeldBeside {
   int64_t awaiting_weight = 0;
   bool after_backward = false;
   std::vector<int64_t> forwarded_by_chunk{};  // forwarded, per chunk of the rank
+  // Input gradients sent and not yet released (Note [sent gradients released]).
+  int64_t gradients_sent = 0;
   bool operator==(const HeldBeside&) const = default;
 };
 struct ScheduleCheck {
