@@ -174,16 +174,30 @@ Attempt run_attempt(const LaunchOptions& o, int64_t port, int64_t attempt) {
     STRATA_CHECK(pipe2(fds, O_CLOEXEC) == 0 && pipe2(hb, O_CLOEXEC) == 0,
                  "pipe: ", std::strerror(errno));
     pid_t parent = getpid();
+    // Note [launcher signals in a fresh rank]: a rank forked with the launcher's
+    // handlers would, if signalled before it resets them (the launcher stopping the
+    // others after a rank's failure, before this one ran at all), write into the
+    // launcher's signal pipe, and the launcher would take it for its own SIGTERM: seen
+    // once in CI, a 2-rank launch whose rank 1 exited 5 at once reported "received
+    // SIGTERM" and exited 143. So the signals are blocked across the fork and the child
+    // resets its handlers before unblocking them (a pending one then takes its default
+    // action: the rank stops, as asked).
+    sigset_t block, previous;
+    sigemptyset(&block);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+    pthread_sigmask(SIG_BLOCK, &block, &previous);
     pid_t pid = fork();
+    if (pid != 0) pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     STRATA_CHECK(pid >= 0, "fork failed: ", std::strerror(errno));
     if (pid == 0) {
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &previous, nullptr);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(137);
       setpgid(0, 0);  // its own group, so stopping it stops its children too
       dup2(fds[1], STDOUT_FILENO);
       dup2(fds[1], STDERR_FILENO);
       const int hb_fd = dup(hb[1]);  // without O_CLOEXEC: the command inherits it
-      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_DFL);
       setenv("RANK", std::to_string(c.rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(i).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
