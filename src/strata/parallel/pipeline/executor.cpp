@@ -38,11 +38,18 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
   // micro-batch's forward and backward first), so it is waited and released there;
   // a gradient's send once an activation the neighbour sent after receiving it has
   // arrived (Note [sent gradients released]), else at the step's end.
-  std::map<std::pair<int64_t, int64_t>, std::pair<CommWork, at::Tensor>> activation_sends;
-  std::map<std::pair<int64_t, int64_t>, std::pair<CommWork, at::Tensor>> grad_sends;
+  using Sends = std::map<std::pair<int64_t, int64_t>, std::pair<CommWork, at::Tensor>>;
+  Sends activation_sends, grad_sends;  // by (chunk, micro)
   auto send = [&](at::Tensor t, int64_t to, int tag) {
     CommWork w = ctx.pp->send(t, to, tag);
     return std::make_pair(std::move(w), std::move(t));
+  };
+  // Waits a send the schedule says has arrived, and frees its buffer.
+  auto release = [](Sends& sends, const std::pair<int64_t, int64_t>& key) {
+    auto sent = sends.find(key);
+    if (sent == sends.end()) return;
+    sent->second.first.wait();
+    sends.erase(sent);
   };
   // Note [pipeline executor]: one tag per message.
   auto tag = [&](int64_t micro, int64_t to_stage, bool activation) {
@@ -64,20 +71,11 @@ double run_stage_actions(const StageActions& actions, int64_t micro_batches, Ste
     if (a.type == ActionType::kForward) {
       f.input_recv.wait();
       if (ctx.sent_gradients_done)
-        for (const auto& key : ctx.sent_gradients_done->at(index)) {
-          auto sent = grad_sends.find(key);
-          if (sent == grad_sends.end()) continue;
-          sent->second.first.wait();
-          grad_sends.erase(sent);
-        }
+        for (const auto& key : ctx.sent_gradients_done->at(index)) release(grad_sends, key);
     }
     if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardInput) {
       f.grad_recv.wait();
-      auto sent = activation_sends.find({a.chunk, a.micro});
-      if (sent != activation_sends.end()) {
-        sent->second.first.wait();
-        activation_sends.erase(sent);
-      }
+      release(activation_sends, {a.chunk, a.micro});
     }
     const double started = seconds();
     switch (a.type) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -251,17 +252,18 @@ ScheduleCheck check_schedule(const std::vector<StageActions>& schedule, int64_t 
     std::map<std::pair<int64_t, int64_t>, State> state;  // (chunk, micro)
     int64_t in_flight = 0, peak = 0, awaiting_weight = 0;
     std::vector<HeldBeside> beside;
+    std::set<HeldBeside> seen;  // a list of thousands of actions repeats few states
     bool backward_run = false;
     std::vector<int64_t> forwarded(static_cast<size_t>(std::max<int64_t>(chunks, 1)), 0);
-    // The state beside an action of `chunk` (its own micro-batch not counted).
     // Sent gradients held until the executor releases them.
     const auto released = sent_gradients_done(schedule, r);
     int64_t gradients_sent = 0;
+    // The state beside an action of `chunk` (its own micro-batch not counted).
     auto note_beside = [&](int64_t chunk, bool own_forwarded) {
       HeldBeside h{0, awaiting_weight, backward_run, forwarded, gradients_sent};
       if (own_forwarded) --h.forwarded_by_chunk[static_cast<size_t>(chunk)];
       for (const int64_t n : h.forwarded_by_chunk) h.forwarded += n;
-      if (std::find(beside.begin(), beside.end(), h) == beside.end()) beside.push_back(h);
+      if (seen.insert(h).second) beside.push_back(std::move(h));
     };
     const std::string where = "stage " + std::to_string(r) + ": ";
     auto fail = [&](const Action& a, const std::string& what) {
@@ -373,31 +375,33 @@ std::vector<std::vector<std::pair<int64_t, int64_t>>> sent_gradients_done(
   std::vector<std::vector<std::pair<int64_t, int64_t>>> done(mine.size());
   const int64_t q = (rank + p - 1) % p;  // gradients go to, activations come from
   const StageActions& theirs = schedule[static_cast<size_t>(q)];
-  auto find = [](const StageActions& list, size_t from, auto&& pred) {
-    for (size_t i = from; i < list.size(); ++i)
-      if (pred(list[i])) return i;
-    return list.size();
-  };
+  // Indexed once: the estimator asks this of every rank for every stage it estimates,
+  // and lists run to thousands of actions (GPT-3's 1536-sequence batch).
+  using Key = std::pair<int64_t, int64_t>;  // (chunk, micro)
+  std::map<Key, size_t> their_backward, my_forward;
+  for (size_t i = 0; i < theirs.size(); ++i)
+    if (theirs[i].type == ActionType::kBackward || theirs[i].type == ActionType::kBackwardInput)
+      their_backward.emplace(Key{theirs[i].chunk, theirs[i].micro}, i);
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (mine[i].type == ActionType::kForward)
+      my_forward.emplace(Key{mine[i].chunk, mine[i].micro}, i);
+  // next_send[i]: the first activation the neighbour sends at or after its action i.
+  std::vector<size_t> next_send(theirs.size() + 1, theirs.size());
+  for (size_t i = theirs.size(); i-- > 0;)
+    next_send[i] = theirs[i].type == ActionType::kSendActivation ? i : next_send[i + 1];
   for (const Action& a : mine) {
     if (a.type != ActionType::kSendGrad) continue;
     const int64_t vs = a.chunk * p + rank - 1;  // the receiving virtual stage
-    const int64_t their_chunk = vs / p;
     // The neighbour's backward (or backward-input) of that micro-batch ...
-    const size_t backward = find(theirs, 0, [&](const Action& b) {
-      return (b.type == ActionType::kBackward || b.type == ActionType::kBackwardInput) &&
-             b.micro == a.micro && b.chunk == their_chunk;
-    });
-    if (backward == theirs.size()) continue;
+    const auto backward = their_backward.find({vs / p, a.micro});
+    if (backward == their_backward.end()) continue;
     // ... then the first activation it sends on (to this rank: q's next stage is ours) ...
-    const size_t sent = find(theirs, backward + 1,
-                             [](const Action& b) { return b.type == ActionType::kSendActivation; });
+    const size_t sent = next_send[backward->second + 1];
     if (sent == theirs.size()) continue;
-    const int64_t chunk = (theirs[sent].chunk * p + q + 1) / p;
     // ... arrives before this rank's forward of it.
-    const size_t forward = find(mine, 0, [&](const Action& b) {
-      return b.type == ActionType::kForward && b.micro == theirs[sent].micro && b.chunk == chunk;
-    });
-    if (forward < mine.size()) done[forward].push_back({a.chunk, a.micro});
+    const auto forward =
+        my_forward.find({(theirs[sent].chunk * p + q + 1) / p, theirs[sent].micro});
+    if (forward != my_forward.end()) done[forward->second].push_back({a.chunk, a.micro});
   }
   return done;
 }

@@ -1,4 +1,5 @@
 #pragma once
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -98,7 +99,7 @@ struct HeldBeside {
   std::vector<int64_t> forwarded_by_chunk{};  // forwarded, per chunk of the rank
   // Input gradients sent and not yet released (Note [sent gradients released]).
   int64_t gradients_sent = 0;
-  bool operator==(const HeldBeside&) const = default;
+  auto operator<=>(const HeldBeside&) const = default;
 };
 struct ScheduleCheck {
   std::string error;
