@@ -97,6 +97,20 @@ TEST(Profile, LinkFitRecoversLatencyAndBandwidth) {
   EXPECT_GT(g.bytes_per_s, 0);
 }
 
+// Note [profile threads]: a CPU profile holds for its own threads per rank only.
+TEST(Profile, ThreadsOtherThanTheProfilesAreNamed) {
+  HardwareProfile p;
+  p.threads = 1;
+  EXPECT_EQ(profile_threads_mismatch(p, 1), "");
+  const std::string why = profile_threads_mismatch(p, 2);
+  EXPECT_NE(why.find("1 thread(s) per rank"), std::string::npos) << why;
+  EXPECT_NE(why.find("run 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("--training.threads=1"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos) << "one line";
+  p.device = "cuda";
+  EXPECT_EQ(profile_threads_mismatch(p, 2), "") << "a GPU's times are not its host threads'";
+}
+
 TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   HardwareProfile p;
   p.name = "x";

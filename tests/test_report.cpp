@@ -126,6 +126,16 @@ TEST(Report, StepTimeSetsThePredictionBesideTheRun) {
   for (const char* part :
        {"predicted ms", "measured ms", "tensor-parallel communication", "flat.json"})
     EXPECT_NE(html.find(part), std::string::npos) << part;
+  EXPECT_EQ(html.find("Caution"), std::string::npos) << "the run's threads are the profile's";
+  // A profile calibrated at another number of threads per rank (Note [profile threads]):
+  // still predicted, with a caution that says so.
+  hw.threads = 2;
+  write_file_atomic(path, profile_json(hw).dump());
+  const StepTimeComparison other = compare_step_time(rec, est, path);
+  ASSERT_TRUE(other.has_prediction()) << other.why_not;
+  EXPECT_NE(step_time_section(other).find("Caution:</b> the profile was calibrated at 2 thread"),
+            std::string::npos)
+      << step_time_section(other);
   const StepTimeComparison none = compare_step_time(rec, est, dir + "/missing.json");
   EXPECT_FALSE(none.has_prediction());
   EXPECT_NE(none.why_not.find("run strata calibrate --nproc 2"), std::string::npos) << none.why_not;

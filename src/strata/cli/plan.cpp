@@ -52,6 +52,8 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
                                             "profiles/a100-80gb.json)")
                                  : std::string());
   const HardwareProfile hw = load_profile(path);
+  if (const std::string why = profile_threads_mismatch(hw, threads); !why.empty())
+    std::fprintf(stderr, "strata plan: warning: %s\n", why.c_str());
   const double limit = !a.device_memory.empty() ? static_cast<double>(parse_size(a.device_memory))
                                                 : hw.device_memory_bytes;
   const DataShape shape = open_data_source(cfg).shape;

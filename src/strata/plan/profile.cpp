@@ -310,6 +310,13 @@ std::string default_profile_path(int64_t threads) {
          std::to_string(threads) + "t.json";
 }
 
+std::string profile_threads_mismatch(const HardwareProfile& hw, int64_t threads) {
+  if (hw.device != "cpu" || hw.threads == threads) return {};
+  return c10::str("the profile was calibrated at ", hw.threads, " thread(s) per rank, but these ",
+                  "ranks run ", threads, ", so its times do not hold for them; calibrate with ",
+                  "this --nproc (or set --training.threads=", hw.threads, ")");
+}
+
 LinkFit fit_link(const std::vector<std::pair<double, double>>& samples) {
   STRATA_CHECK(samples.size() >= 2, "a link fit needs at least two sizes");
   // Least squares of the relative error (weights 1 / t^2), so that the small sizes,

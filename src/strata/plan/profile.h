@@ -106,6 +106,14 @@ HardwareProfile load_profile(const std::string& path);
 // (~/.cache/strata/profiles/<host>-<threads>t.json).
 std::string default_profile_path(int64_t threads);
 
+// Note [profile threads]: a CPU profile's rates are those of its `threads` intra-op
+// threads per rank; ranks that run another number (strata plan --nproc 1 on a profile
+// from calibrate --nproc 4 runs 2 threads here, not 1) compute at another speed, and
+// the 1-rank debug GPT was priced at twice its measured step. Empty when they match (or
+// the profile is a GPU's, which the threads do not drive); else one line naming both
+// and the fix.
+std::string profile_threads_mismatch(const HardwareProfile& hw, int64_t threads);
+
 // Least-squares fit t = alpha + bytes / beta over (bytes, seconds) samples; alpha >= 0.
 LinkFit fit_link(const std::vector<std::pair<double, double>>& samples);
 

@@ -49,6 +49,7 @@ StepTimeComparison compare_step_time(const RunRecord& run, const PlannedEstimate
   }
   try {
     const HardwareProfile hw = load_profile(c.profile);
+    c.caution = profile_threads_mismatch(hw, threads);
     const Layout l = Layout::of(cfg, dp, tp, pp);
     CostOptions o = cost_options(cfg, hw);
     if (const auto parts = time_parts_into(o, spec, {l.micro_batch}, hw))
@@ -84,6 +85,7 @@ std::string step_time_section(const StepTimeComparison& c) {
      << (c.parts_timed ? ", the model's parts timed on this machine (Note [measured parts])" : "")
      << ": measured times of collectives include what overlaps compute; predicted ones are "
         "what is exposed.</p>\n"
+     << (c.caution.empty() ? "" : "<p><b>Caution:</b> " + html_escape(c.caution) + ".</p>\n")
      << "<table><tr><th>term</th><th>predicted ms</th><th>measured ms</th></tr>\n"
      << "<tr><td>step</td><td>" << ms(p.step_s) << "</td><td>" << ms(c.step_ms / 1e3)
      << "</td></tr>\n"

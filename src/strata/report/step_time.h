@@ -23,6 +23,7 @@ struct StepTimeComparison {
   double step_ms = 0, fwd_bwd_ms = 0, optim_ms = 0;
   std::map<std::string, double> comm_ms;  // by mesh axis ("dp", "tp", "pp")
   bool parts_timed = false;               // the prediction's parts were timed here
+  std::string caution;  // why the prediction may not hold (Note [profile threads]); one line
   bool has_prediction() const { return why_not.empty(); }
 };
 // profile_path empty: this machine's default for the run's threads per rank.
