@@ -24,6 +24,13 @@ from 84 to 105 ms between two consecutive runs and stayed there (its speed flips
 seconds, not hours), so an anchor five layouts away said little about the machine a
 layout ran on. --anchor-every 5 halves the bench's time.
 
+--passes K runs the whole sample K times (every other pass in reverse order, so that a
+slow stretch of the machine does not fall on the same layouts twice) and counts each
+layout's fastest run: the machine's slowdowns only add time. It prints how far a
+layout's passes differ, the noise floor under every error figure, and compares each
+layout's fastest run with the prediction at the fastest anchor (the machine at its
+best on both sides).
+
   python3 bench/plan/run.py [--nproc 4 --flavour debug --batch 16 --sample 12 --steps 8]
 """
 import argparse
@@ -66,6 +73,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--extra", default="", help="more --section.key=value for plan and train")
     p.add_argument("--device-memory", default="", help="a cap for plan (e.g. 96MiB), checked")
+    p.add_argument("--passes", type=int, default=1,
+                   help="runs of each layout, in passes over the sample (every other one "
+                        "reversed); each layout counts its fastest")
     p.add_argument("--anchor-every", type=int, default=1,
                    help="layouts between runs of the drift anchor; 0: no anchor")
     a = p.parse_args()
@@ -116,49 +126,80 @@ def main():
                   f"{anchor['step_s'] * 1e3:.1f} ms): the machine at {anchors[-1][1]:.3f}x "
                   f"the profile's speed")
 
-    pred, meas, peaks, at = [], [], [], []
+    # Per layout run: its runs' (measured ms, anchor factor at that moment) by pass.
+    runs = {i: [] for i in range(len(chosen))}
+    peak_of = {}
     print(f"{a.flavour}, {a.nproc} ranks, batch {a.batch}: {len(rows)} layouts fit; running "
-          f"{len(chosen)} for {a.steps} steps each")
+          f"{len(chosen)} for {a.steps} steps each" +
+          (f", {a.passes} passes (the later ones in reverse order)" if a.passes > 1 else ""))
     print(f"{'predicted ms':>12} {'measured ms':>12} {'error':>8}  layout")
-    if a.anchor_every > 0:
-        run_anchor(0)
-    for i, r in enumerate(chosen):
-        m, recs = train(common, r["overrides"])
-        if m is None:
-            print(f"{'':>12} {'failed':>12} {'':>8}  {r['layout']}: {recs}")
-            continue
-        peaks.append((max(x["mem_peak_max"]["bytes"] for x in recs), r["peak_bytes"], r["layout"]))
-        pr = r["step_s"] * 1e3
-        pred.append(pr)
-        meas.append(m)
-        at.append(i)
-        print(f"{pr:12.1f} {m:12.1f} {100 * (pr - m) / m:7.1f}%  {r['layout']}")
-        if a.anchor_every > 0 and ((i + 1) % a.anchor_every == 0 or i + 1 == len(chosen)):
-            run_anchor(i + 1)
+    for k in range(a.passes):
+        order = list(range(len(chosen)))
+        if k % 2 == 1:
+            order.reverse()
+        first_anchor = len(anchors)
+        if a.anchor_every > 0:
+            run_anchor(0)
+        done = []  # (layout, measured) of this pass, in order
+        for j, i in enumerate(order):
+            r = chosen[i]
+            m, recs = train(common, r["overrides"])
+            if m is None:
+                print(f"{'':>12} {'failed':>12} {'':>8}  {r['layout']}: {recs}")
+                continue
+            peak = max(x["mem_peak_max"]["bytes"] for x in recs)
+            peak_of[i] = (max(peak, peak_of.get(i, (0,))[0]), r["peak_bytes"], r["layout"])
+            pr = r["step_s"] * 1e3
+            print(f"{pr:12.1f} {m:12.1f} {100 * (pr - m) / m:7.1f}%  {r['layout']}")
+            done.append((i, j, m))
+            if a.anchor_every > 0 and ((j + 1) % a.anchor_every == 0 or j + 1 == len(order)):
+                run_anchor(j + 1)
+        # Each run's speed factor: the mean of this pass's anchors just before and after it.
+        mine = [(at, f) for at, f in anchors[first_anchor:]]
+        for i, j, m in done:
+            before = [f for at, f in mine if at <= j]
+            after = [f for at, f in mine if at > j]
+            near = ([before[-1]] if before else []) + ([after[0]] if after else [])
+            runs[i].append((m, statistics.mean(near) if near else 1.0))
+    at = [i for i in range(len(chosen)) if runs[i]]
+    pred = [chosen[i]["step_s"] * 1e3 for i in at]
+    # Note [bench passes]: the machine's slowdowns only add time, so a layout run in
+    # several passes counts its fastest (timeit's reasoning); the spread between its
+    # passes is the noise no cost model can answer for, and is printed.
+    meas = [min(m for m, _ in runs[i]) for i in at]
     errs = [abs(x - y) / y for x, y in zip(pred, meas)]
     print(f"layouts run: {len(meas)}; |error| median {100 * statistics.median(errs):.1f}%, "
-          f"max {100 * max(errs):.1f}%; Spearman {spearman(pred, meas):.2f}")
-    # Each layout's speed factor: the mean of the anchors run just before and after it.
-    speed = []
-    for i in at:
-        before = [f for k, f in anchors if k <= i]
-        after = [f for k, f in anchors if k > i]
-        near = ([before[-1]] if before else []) + ([after[0]] if after else [])
-        speed.append(statistics.mean(near) if near else 1.0)
-    # Each measurement at the profile's speed (divided by its factor).
-    steady = [y / f for y, f in zip(meas, speed)]
+          f"max {100 * max(errs):.1f}%; Spearman {spearman(pred, meas):.2f}" +
+          (" (each layout's fastest pass)" if a.passes > 1 else ""))
+    if a.passes > 1:
+        spread = [max(m for m, _ in runs[i]) / min(m for m, _ in runs[i]) - 1 for i in at]
+        print(f"the same layout's {a.passes} passes differ by: median "
+              f"{100 * statistics.median(spread):.1f}%, max {100 * max(spread):.1f}%")
+    # Each run at the profile's speed (divided by its factor); a layout's is the median
+    # of its passes'.
+    steady = [statistics.median(m / f for m, f in runs[i]) for i in at]
     if anchors:
         factors = [f for _, f in anchors]
-        fixed = [x * f for x, f in zip(pred, speed)]
-        ferrs = [abs(x - y) / y for x, y in zip(fixed, meas)]
+        ferrs_signed = [statistics.median((x * f - m) / m for m, f in runs[i])
+                        for x, i in zip(pred, at)]
+        ferrs = [abs(e) for e in ferrs_signed]
         print(f"drift anchor: {len(anchors)} runs, the machine at {min(factors):.3f}x to "
               f"{max(factors):.3f}x the profile's speed")
         print(f"against the machine's speed at each run: |error| median "
               f"{100 * statistics.median(ferrs):.1f}%, max {100 * max(ferrs):.1f}%; Spearman "
-              f"{spearman(pred, steady):.2f}")
+              f"{spearman(pred, steady):.2f}" +
+              (" (each layout's median over its passes)" if a.passes > 1 else ""))
         worst = max(range(len(ferrs)), key=lambda k: ferrs[k])
-        print(f"  largest: {100 * (fixed[worst] - meas[worst]) / meas[worst]:+.1f}% "
-              f"({chosen[at[worst]]['layout']})")
+        print(f"  largest: {100 * ferrs_signed[worst]:+.1f}% ({chosen[at[worst]]['layout']})")
+        if a.passes > 1:
+            # Both at the machine's fastest: each layout's fastest pass against the
+            # prediction at the fastest anchor.
+            fast = min(factors)
+            serrs = [(x * fast - m) / m for x, m in zip(pred, meas)]
+            print(f"at the machine's fastest (the fastest anchor, each layout's fastest pass): "
+                  f"|error| median {100 * statistics.median(abs(e) for e in serrs):.1f}%, max "
+                  f"{100 * max(abs(e) for e in serrs):.1f}%")
+    peaks = [peak_of[i] for i in at]
     if a.device_memory:
         units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
         text = a.device_memory.lower()
