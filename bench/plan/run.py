@@ -140,7 +140,7 @@ def main():
         first_anchor = len(anchors)
         if a.anchor_every > 0:
             run_anchor(0)
-        done = []  # (layout, measured) of this pass, in order
+        done = []  # (layout index, position in this pass, measured ms), in order
         for j, i in enumerate(order):
             r = chosen[i]
             m, recs = train(common, r["overrides"])
