@@ -116,14 +116,16 @@ def main():
         anchor_plan += ["--profile", a.profile]
     anchor = json.loads(subprocess.run(anchor_plan, check=True, capture_output=True,
                                        text=True).stdout)[0]
-    anchors = []  # (index of the next layout, measured over predicted)
+    anchors = []  # every anchor run's measured over predicted
 
-    def run_anchor(at):
+    def run_anchor(at, into):
+        """Runs the anchor; its factor goes to `into` as (position in the pass, factor)."""
         m, _ = train(anchor_common, anchor["overrides"])
         if m is not None:
-            anchors.append((at, m / (anchor["step_s"] * 1e3)))
+            anchors.append(m / (anchor["step_s"] * 1e3))
+            into.append((at, anchors[-1]))
             print(f"{'':>12} {m:12.1f} {'':>8}  anchor ({anchor['layout']}, predicted "
-                  f"{anchor['step_s'] * 1e3:.1f} ms): the machine at {anchors[-1][1]:.3f}x "
+                  f"{anchor['step_s'] * 1e3:.1f} ms): the machine at {anchors[-1]:.3f}x "
                   f"the profile's speed")
 
     # Per layout run: its runs' (measured ms, anchor factor at that moment) by pass.
@@ -133,13 +135,18 @@ def main():
           f"{len(chosen)} for {a.steps} steps each" +
           (f", {a.passes} passes (the later ones in reverse order)" if a.passes > 1 else ""))
     print(f"{'predicted ms':>12} {'measured ms':>12} {'error':>8}  layout")
+    closing = None  # the factor of the anchor that ended the previous pass
     for k in range(a.passes):
         order = list(range(len(chosen)))
         if k % 2 == 1:
             order.reverse()
-        first_anchor = len(anchors)
-        if a.anchor_every > 0:
-            run_anchor(0)
+        mine = []  # this pass's anchors: (position in the pass, factor)
+        # A pass after the first opens with the anchor that closed the one before: run
+        # again, back to back, it would measure the same moment twice.
+        if closing is not None:
+            mine.append((0, closing))
+        elif a.anchor_every > 0:
+            run_anchor(0, mine)
         done = []  # (layout index, position in this pass, measured ms), in order
         for j, i in enumerate(order):
             r = chosen[i]
@@ -153,9 +160,9 @@ def main():
             print(f"{pr:12.1f} {m:12.1f} {100 * (pr - m) / m:7.1f}%  {r['layout']}")
             done.append((i, j, m))
             if a.anchor_every > 0 and ((j + 1) % a.anchor_every == 0 or j + 1 == len(order)):
-                run_anchor(j + 1)
+                run_anchor(j + 1, mine)
+        closing = mine[-1][1] if mine and mine[-1][0] == len(order) else None
         # Each run's speed factor: the mean of this pass's anchors just before and after it.
-        mine = [(at, f) for at, f in anchors[first_anchor:]]
         for i, j, m in done:
             before = [f for at, f in mine if at <= j]
             after = [f for at, f in mine if at > j]
@@ -179,7 +186,7 @@ def main():
     # of its passes'.
     steady = [statistics.median(m / f for m, f in runs[i]) for i in at]
     if anchors:
-        factors = [f for _, f in anchors]
+        factors = anchors
         ferrs_signed = [statistics.median((x * f - m) / m for m, f in runs[i])
                         for x, i in zip(pred, at)]
         ferrs = [abs(e) for e in ferrs_signed]
