@@ -78,3 +78,11 @@ TEST(Stats, MedianTakesTheMiddleAndSaysWhatEmptyIs) {
   EXPECT_EQ(median({}, 0), 0);
   EXPECT_TRUE(std::isnan(median({})));
 }
+
+TEST(Stats, FastestRunIsTheSmallestMedian) {
+  // A run with one fast step is not the fastest: each run counts its median.
+  EXPECT_EQ(fastest_run({{5, 5, 1}, {3, 4, 3}, {6, 2, 7}}), 3);
+  EXPECT_EQ(fastest_run({{}, {4, 2, 3}}), 3) << "a run without steps is skipped";
+  EXPECT_TRUE(std::isnan(fastest_run({})));
+  EXPECT_TRUE(std::isnan(fastest_run({{}})));
+}

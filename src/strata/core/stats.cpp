@@ -10,4 +10,13 @@ double median(std::vector<double> v, double if_empty) {
   return v[v.size() / 2];
 }
 
+double fastest_run(const std::vector<std::vector<double>>& runs) {
+  double best = NAN;
+  for (const auto& r : runs) {
+    const double m = median(r);
+    if (!std::isnan(m) && !(m >= best)) best = m;
+  }
+  return best;
+}
+
 }  // namespace strata

@@ -9,4 +9,10 @@ namespace strata {
 // a report's step times) are medians.
 double median(std::vector<double> v, double if_empty = NAN);
 
+// The fastest of several runs of the same work, each given by its steps' times: the
+// smallest of their medians (NAN when none has a step). On a shared machine a slow
+// moment only adds time, so the fastest run is the steadiest figure of its speed
+// (Note [step calibration, spread runs]).
+double fastest_run(const std::vector<std::vector<double>>& runs);
+
 }  // namespace strata
