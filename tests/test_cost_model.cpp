@@ -6,6 +6,7 @@
 #include "strata/plan/cost_model.h"
 #include "strata/plan/estimator.h"
 #include "strata/plan/measured_parts.h"
+#include "strata/plan/reference_fit.h"
 #include "test_util.h"
 
 using namespace strata;
@@ -85,6 +86,14 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   const StepPrediction tu = predict_step(s, layout(2, 2, 1, 2, "1f1b"), {"fp32", 16, 0.5}, hw);
   EXPECT_NEAR(tu.tp_comm_s, t.tp_comm_s, 1e-9);
   EXPECT_NEAR(tl.tp_comm_s - tu.tp_comm_s, 4 * (4 * 4 + 2 + 3) * 9e-5, 1e-9);
+  // Note [tensor-parallel collectives in a run]: the profile's tp collective scale for
+  // that world multiplies them; a tp group as large as the world keeps its own fit.
+  loaded.tp_collective_scale[4] = 0.4;
+  EXPECT_NEAR(predict_step(s, layout(2, 2, 1, 2, "1f1b"), {"fp32", 16, 0.5}, loaded).tp_comm_s,
+              0.4 * tl.tp_comm_s, 1e-12);
+  loaded.tp_collective_scale[2] = 0.4;
+  EXPECT_NEAR(predict_step(s, layout(1, 2, 1, 2, "1f1b"), o, loaded).tp_comm_s, t.tp_comm_s,
+              1e-12);
   // Sequence parallel: per block 6 all-gathers, 4 reduce-scatters and 6 small
   // all-reduces of the replicated parameters' gradients.
   Layout sp = layout(1, 2, 1, 2, "1f1b");
@@ -413,3 +422,68 @@ TEST(CostModel, MeasuredPartsPriceTheReferenceModelAsItsKernelsDo) {
   EXPECT_FALSE(can_measure_parts(ref, o, gpu));
   EXPECT_FALSE(can_measure_parts(ref, {"bf16", 8, 0.0}, hw));
 }
+
+namespace strata {
+namespace {
+// A CPU profile of 2 cores whose 4-rank world has loaded pair fits, as calibrate writes.
+HardwareProfile shared_cpu() {
+  HardwareProfile hw = flat(1e9, 1e10, 3e-4);
+  hw.device = "cpu", hw.cores = 2, hw.threads = 1;
+  hw.op_overhead_s = 1e-5;
+  hw.contention[2] = 1.2, hw.contention[4] = 2.3;
+  hw.step_scale[4] = 1.3;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
+    hw.loaded_collectives[op][4][2] = {1.8e-3, 1.2e9};
+  return hw;
+}
+}  // namespace
+
+TEST(ReferenceFit, StepScaleBringsTheReferenceToItsMeasuredStep) {
+  const HardwareProfile hw = shared_cpu();
+  const ReferenceRun ref{4, 1, kReferenceMicroBatch, 2};
+  const CostOptions o;
+  const StepPrediction unscaled = [&] {
+    HardwareProfile h = hw;
+    h.step_scale.clear();
+    return predict_reference(ref, o, h);
+  }();
+  const double comm = unscaled.dp_exposed_s + unscaled.tp_comm_s;
+  const double measured = comm + 1.7 * (unscaled.step_s - comm);
+  EXPECT_NEAR(step_scale_from(hw, ref, o, measured), 1.7, 1e-9);
+  HardwareProfile fitted = hw;
+  fitted.step_scale[4] = 1.7;
+  EXPECT_NEAR(predict_reference(ref, o, fitted).step_s, measured, 1e-9);
+  EXPECT_EQ(step_scale_from(hw, ref, o, 0.0), 0.5) << "floored";
+}
+
+TEST(ReferenceFit, TpScalesRecoverWhatTheRunsWereMadeOf) {
+  // Steps made by the model itself with collectives at 0.35x the loaded fits and compute
+  // stretched 1.55x (the shape of this machine's dp=2 x tp=2 runs): the fit finds both,
+  // and then predicts both runs as measured.
+  const HardwareProfile hw = shared_cpu();
+  const ReferenceRun ref{4, 2, kReferenceMicroBatch, 2}, small{4, 2, kTpCollectiveMicroBatch, 4};
+  const CostOptions o;
+  HardwareProfile truth = hw;
+  truth.tp_collective_scale[4] = 0.35, truth.tp_step_scale[4] = 1.55;
+  const double m_ref = predict_reference(ref, o, truth).step_s;
+  const double m_small = predict_reference(small, o, truth).step_s;
+  const TpScales k = fit_tp_scales(hw, ref, m_ref, small, m_small, o);
+  EXPECT_NEAR(k.collective_scale, 0.35, 1e-6);
+  EXPECT_NEAR(k.step_scale, 1.55, 1e-6);
+  // The micro-batch-1 run is mostly collectives: faster than the model with k = 1
+  // predicts, which a step scale alone cannot reach without mispricing the reference.
+  HardwareProfile one = hw;
+  one.tp_step_scale[4] = step_scale_from(hw, ref, o, m_ref);
+  EXPECT_GT(predict_reference(small, o, one).step_s, 1.1 * m_small);
+  // Runs beyond what any k in bounds explains take the bound.
+  EXPECT_EQ(fit_tp_scales(hw, ref, m_ref, small, 1e-6, o).collective_scale,
+            kLeastTpCollectiveScale);
+  EXPECT_EQ(fit_tp_scales(hw, ref, m_ref, small, 100.0, o).collective_scale,
+            kMostTpCollectiveScale);
+  // Two runs alike tell the terms apart no better than one: k stays 1.
+  const TpScales same = fit_tp_scales(hw, ref, m_ref, ref, m_ref, o);
+  EXPECT_EQ(same.collective_scale, 1.0);
+  EXPECT_NEAR(same.step_scale, step_scale_from(hw, ref, o, m_ref), 1e-12);
+}
+
+}  // namespace strata

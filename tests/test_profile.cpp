@@ -16,6 +16,7 @@
 #include "strata/models/flavours.h"
 #include "strata/plan/estimator.h"
 #include "strata/plan/profile.h"
+#include "strata/plan/reference_fit.h"
 #include "test_util.h"
 
 using namespace strata;
@@ -122,10 +123,12 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   p.contention[2] = 1.1;
   p.step_scale[1] = 1.2;
   p.tp_step_scale[4] = 1.6;
+  p.tp_collective_scale[4] = 0.4;
   p.loaded_collectives["all_gather"][4][2] = {7e-4, 1e9};
   const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
   EXPECT_EQ(q.loaded_collectives.at("all_gather").at(4).at(2).latency_s, 7e-4);
   EXPECT_EQ(q.tp_step_scale.at(4), 1.6);
+  EXPECT_EQ(q.tp_collective_scale.at(4), 0.4);
   EXPECT_EQ(profile_json(q), profile_json(p));
   auto error = [](const std::string& text) {
     try {
@@ -198,8 +201,15 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     ASSERT_EQ(p.tp_step_scale.count(4), 1u) << r.output;
     EXPECT_GT(p.tp_step_scale.at(4), 0.5);
     EXPECT_LT(p.tp_step_scale.at(4), 5.0);
+    // Note [tensor-parallel collectives in a run]: fitted within its bounds.
+    ASSERT_EQ(p.tp_collective_scale.count(4), 1u) << r.output;
+    EXPECT_GE(p.tp_collective_scale.at(4), kLeastTpCollectiveScale);
+    EXPECT_LE(p.tp_collective_scale.at(4), kMostTpCollectiveScale);
+    EXPECT_NE(r.output.find("at micro-batch 1: its tp collectives"), std::string::npos)
+        << r.output;
   } else {
     EXPECT_TRUE(p.tp_step_scale.empty());
+    EXPECT_TRUE(p.tp_collective_scale.empty());
   }
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
     ASSERT_TRUE(p.collectives.count(op) && p.collectives.at(op).count(2)) << op << "\n" << r.output;

@@ -22,6 +22,7 @@
 #include "strata/models/flavours.h"
 #include "strata/plan/cost_model.h"
 #include "strata/plan/measured_parts.h"
+#include "strata/plan/reference_fit.h"
 #include "strata/plan/profile.h"
 
 namespace fs = std::filesystem;
@@ -61,38 +62,15 @@ namespace {
 // the run-to-run spread of the figure the scale divides (coefficient of variation)
 // went from 11.4% to 6.8% at 1 rank, 9.3% to 7.0% at 2 and 5.8% to 5.1% at 4 (the
 // fastest of three rounds against two runs pooled); calibrate takes about 20 s longer.
-std::vector<double> reference_step_times(int64_t g, int64_t tp, int64_t threads,
+std::vector<double> reference_step_times(const ReferenceRun& r, int64_t threads,
                                          const std::string& self_exe) {
-  constexpr int64_t kMicro = kReferenceMicroBatch;
-  return measured_step_times(self_exe, g,
-                             {"--model.flavour=debug", "--parallel.dp=" + std::to_string(g / tp),
-                              "--parallel.tp=" + std::to_string(tp),
-                              "--training.batch_size=" + std::to_string(2 * kMicro * g / tp),
-                              "--training.micro_batch_size=" + std::to_string(kMicro),
-                              "--training.threads=" + std::to_string(threads)},
-                             10, 3);
-}
-
-// The scale that brings the reference's predicted step on g ranks (dp = g / tp) to
-// `measured` seconds.
-double step_scale_from(const HardwareProfile& p, int64_t g, int64_t tp, double measured) {
-  constexpr int64_t kMicro = kReferenceMicroBatch;
-  ModelConfig mc;
-  mc.flavour = "debug";
-  Layout l;
-  l.dp = g / tp, l.tp = tp, l.micro_batch = kMicro;
-  HardwareProfile unscaled = p;
-  unscaled.step_scale.clear();
-  unscaled.tp_step_scale.clear();
-  const StepPrediction predicted = predict_step(resolve_model_spec(mc, DataShape{}), l,
-                                                {"fp32", 2 * kMicro * g / tp, 0.0}, unscaled);
-  // The scale stretches compute and the optimizer only (the collectives are measured
-  // as a step issues them), so it is fitted to what remains of the measured step.
-  const double comm = predicted.dp_exposed_s + predicted.tp_comm_s;
-  // Below 1 too: the prediction it divides carries the measured contention, and where
-  // that came out high the reference run's own step corrects it (floored at half, which
-  // no sane run reaches, so a broken measurement cannot zero the compute).
-  return std::max(0.5, (measured - comm) / std::max(predicted.step_s - comm, 1e-9));
+  return measured_step_times(
+      self_exe, r.ranks,
+      {"--model.flavour=debug", "--parallel.dp=" + std::to_string(r.ranks / r.tp),
+       "--parallel.tp=" + std::to_string(r.tp), "--training.batch_size=" + std::to_string(r.batch()),
+       "--training.micro_batch_size=" + std::to_string(r.micro),
+       "--training.threads=" + std::to_string(threads)},
+      8, 2);  // the first step alone runs slow (allocation, the threads' start)
 }
 
 // The fits of each collective over the ranks of `c`.
@@ -315,32 +293,62 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
             fit_of(f, op + " over " + size + " of " + ranks + ", all groups at once");
   }
   // The reference runs, a round at a time over every world (Note [step calibration,
-  // spread runs]); keyed by (ranks, tp).
+  // spread runs]); where the ranks outnumber the cores, the tensor-parallel reference
+  // and its micro-batch-1 run too (Note [tensor-parallel collectives in a run]).
   const int rounds = a.quick ? 1 : 3;
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<double>>> reference_runs;
+  auto dp_ref = [](int64_t g) { return ReferenceRun{g, 1, kReferenceMicroBatch, 2}; };
+  auto tp_ref = [](int64_t g) { return ReferenceRun{g, 2, kReferenceMicroBatch, 2}; };
+  auto tp_small = [](int64_t g) { return ReferenceRun{g, 2, kTpCollectiveMicroBatch, 4}; };
+  auto has_tp = [&](int64_t g) { return g % 2 == 0 && g * threads > cores; };
+  std::map<int64_t, std::vector<std::vector<double>>> dp_runs, tp_runs, small_runs;
   for (int round = 0; round < rounds; ++round)
     for (int64_t g = 1; g <= a.nproc; ++g) {
-      reference_runs[{g, 1}].push_back(reference_step_times(g, 1, threads, self_exe));
-      if (g % 2 == 0 && g * threads > cores)
-        reference_runs[{g, 2}].push_back(reference_step_times(g, 2, threads, self_exe));
+      dp_runs[g].push_back(reference_step_times(dp_ref(g), threads, self_exe));
+      if (!has_tp(g)) continue;
+      tp_runs[g].push_back(reference_step_times(tp_ref(g), threads, self_exe));
+      small_runs[g].push_back(reference_step_times(tp_small(g), threads, self_exe));
     }
-  for (const auto& [key, runs] : reference_runs) {
-    const auto [g, tp] = key;
+  // The references are predicted as plan predicts them: with the debug GPT's parts
+  // timed (Note [measured parts]).
+  CostOptions ref_options;
+  {
+    ModelConfig mc;
+    mc.flavour = "debug";
+    time_parts_into(ref_options, resolve_model_spec(mc, DataShape{}),
+                    {kTpCollectiveMicroBatch, kReferenceMicroBatch}, p);
+  }
+  // A reference's fastest run, and how much longer its slowest took.
+  auto spread = [](const std::vector<std::vector<double>>& runs) {
     const double fastest = fastest_run(runs);
-    const double scale = step_scale_from(p, g, tp, fastest);
-    (tp == 1 ? p.step_scale : p.tp_step_scale)[g] = scale;
     double slowest = fastest;
     for (const auto& r : runs) slowest = std::max(slowest, median(r));
-    if (tp == 1)
-      std::printf("  reference step on %lld rank(s): compute %.2fx the kernels' sum",
-                  static_cast<long long>(g), scale);
-    else
-      std::printf("  tensor-parallel reference step (tp=2) on %lld ranks: compute %.2fx",
-                  static_cast<long long>(g), scale);
-    if (runs.size() > 1)
-      std::printf(" (the fastest of %zu runs; the slowest %.0f%% longer)", runs.size(),
-                  (slowest / fastest - 1) * 100);
+    return std::pair{fastest, slowest / fastest - 1};
+  };
+  auto print_spread = [](size_t runs, double longer) {
+    if (runs > 1)
+      std::printf(" (the fastest of %zu runs; the slowest %.0f%% longer)", runs, longer * 100);
     std::printf("\n");
+  };
+  for (const auto& [g, runs] : dp_runs) {
+    const auto [fastest, longer] = spread(runs);
+    p.step_scale[g] = step_scale_from(p, dp_ref(g), ref_options, fastest);
+    std::printf("  reference step on %lld rank(s): compute %.2fx the kernels' sum",
+                static_cast<long long>(g), p.step_scale[g]);
+    print_spread(runs.size(), longer);
+  }
+  for (const auto& [g, runs] : tp_runs) {
+    const auto [fastest, longer] = spread(runs);
+    const auto [small_fastest, small_longer] = spread(small_runs.at(g));
+    const TpScales k =
+        fit_tp_scales(p, tp_ref(g), fastest, tp_small(g), small_fastest, ref_options);
+    p.tp_step_scale[g] = k.step_scale;
+    p.tp_collective_scale[g] = k.collective_scale;
+    std::printf("  tensor-parallel reference step (tp=2) on %lld ranks: compute %.2fx",
+                static_cast<long long>(g), k.step_scale);
+    print_spread(runs.size(), longer);
+    std::printf("  and at micro-batch 1: its tp collectives %.2fx the loaded fits",
+                k.collective_scale);
+    print_spread(runs.size(), small_longer);
   }
   alone_mix.push_back(compute_mix_seconds(a.quick));
   report_speed_drift(alone_mix);

@@ -92,8 +92,11 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // at 2 ranks on 2 cores the reference came out 1.44x the data-parallel one and put
   // the tp layouts up to 47% over, which ran within a few percent of their prediction
   // without it.
+  // A tp group smaller than the world is priced by the loaded fits, as a run measures
+  // them (Note [tensor-parallel collectives in a run]).
+  const double tp_coll_scale = l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks()) : 1.0;
   auto coll = [&](const char* op, double bytes) {
-    return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
+    return tp_coll_scale * hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
   PartCosts c;
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run

@@ -66,6 +66,11 @@ double HardwareProfile::step_scale_for(int64_t ranks, bool tp) const {
   return it == step_scale.begin() ? 1.0 : std::prev(it)->second;
 }
 
+double HardwareProfile::tp_collective_scale_for(int64_t ranks) const {
+  auto it = tp_collective_scale.find(ranks);
+  return it == tp_collective_scale.end() ? 1.0 : it->second;
+}
+
 double HardwareProfile::compute_slowdown(double ranks, bool tp) const {
   auto at = [&](int64_t g) {
     return compute_share(static_cast<double>(g)) * step_scale_for(g, tp);
@@ -169,6 +174,7 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"contention", by_ranks_json(p.contention)},
           {"step_scale", by_ranks_json(p.step_scale)},
           {"tp_step_scale", by_ranks_json(p.tp_step_scale)},
+          {"tp_collective_scale", by_ranks_json(p.tp_collective_scale)},
           {"collectives", coll},
           {"loaded_collectives", loaded},
           {"intra_node", link(p.intra_node)},
@@ -285,6 +291,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   read_factors(j, "step_scale", 0.5, where,
                p.step_scale);  // calibrate's floor (Note [step calibration])
   read_factors(j, "tp_step_scale", 0.5, where, p.tp_step_scale);
+  read_factors(j, "tp_collective_scale", kLeastTpCollectiveScale, where,
+               p.tp_collective_scale);
   read_fits(j, "collectives", where, p.collectives);
   read_loaded_fits(j, "loaded_collectives", where, p.loaded_collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);

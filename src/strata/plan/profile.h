@@ -29,6 +29,10 @@ namespace strata {
 //    pays however small (it dominates small micro-batches on CPUs);
 //  - host<->device copy bandwidth (0 on CPU: offload moves nothing across a bus).
 // Pure: the lookups are tested against hand-made profiles.
+
+// The least tp_collective_scale a profile may hold (and calibrate fits).
+inline constexpr double kLeastTpCollectiveScale = 0.1;
+
 struct GemmPoint {
   double flops = 0, seconds = 0;  // one call
 };
@@ -63,6 +67,9 @@ struct HardwareProfile {
   // The same from a tensor-parallel reference run (tp=2), for layouts with tp > 1
   // (Note [tensor-parallel step scale]); empty: step_scale.
   std::map<int64_t, double> tp_step_scale;
+  // CPU profiles: what a tensor-parallel group's collectives cost in a run over what the
+  // loaded fits say, by world (Note [tensor-parallel collectives in a run]); empty: 1.
+  std::map<int64_t, double> tp_collective_scale;
   double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
   double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
 
@@ -78,6 +85,8 @@ struct HardwareProfile {
   double compute_share(double ranks) const;
   // The step scale for `ranks` ranks: the nearest measured size below, 1 when none.
   double step_scale_for(int64_t ranks, bool tp = false) const;
+  // The tp collective scale for a world of `ranks`: the one measured there, else 1.
+  double tp_collective_scale_for(int64_t ranks) const;
   // CPU profiles: what stretches each rank's compute with `ranks` ranks computing (a
   // fraction when some wait), the trainer's own work included: the contention times
   // the step scale at each whole number of ranks, linear between them (Note [step
