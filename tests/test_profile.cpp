@@ -205,8 +205,7 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     ASSERT_EQ(p.tp_collective_scale.count(4), 1u) << r.output;
     EXPECT_GE(p.tp_collective_scale.at(4), kLeastTpCollectiveScale);
     EXPECT_LE(p.tp_collective_scale.at(4), kMostTpCollectiveScale);
-    EXPECT_NE(r.output.find("at micro-batch 1: its tp collectives"), std::string::npos)
-        << r.output;
+    EXPECT_NE(r.output.find("at micro-batch 1: its tp collectives"), std::string::npos) << r.output;
   } else {
     EXPECT_TRUE(p.tp_step_scale.empty());
     EXPECT_TRUE(p.tp_collective_scale.empty());

@@ -22,8 +22,8 @@
 #include "strata/models/flavours.h"
 #include "strata/plan/cost_model.h"
 #include "strata/plan/measured_parts.h"
-#include "strata/plan/reference_fit.h"
 #include "strata/plan/profile.h"
+#include "strata/plan/reference_fit.h"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +46,9 @@ namespace {
 // a tp group's ranks wait for partners that are off their cores (Note [tensor-parallel
 // waits]); the reference is then also run with tp=2 (dp = g / 2) and fitted the same
 // way, as the profile's tp_step_scale, which layouts with tp > 1 take instead. Here it
-// came out 1.61x against the data-parallel 1.23x at 4 ranks.
+// came out 1.61x against the data-parallel 1.23x at 4 ranks. A second tp run at
+// micro-batch 1 splits it from the collectives' own cost (Note [tensor-parallel
+// collectives in a run]).
 //
 // Note [step calibration, spread runs]: the machine's speed moves from minute to minute
 // here, and the scale carries the moment its runs took: over seven calibrations the
@@ -62,15 +64,14 @@ namespace {
 // the run-to-run spread of the figure the scale divides (coefficient of variation)
 // went from 11.4% to 6.8% at 1 rank, 9.3% to 7.0% at 2 and 5.8% to 5.1% at 4 (the
 // fastest of three rounds against two runs pooled); calibrate takes about 20 s longer.
-std::vector<double> reference_step_times(const ReferenceRun& r, int64_t threads,
-                                         const std::string& self_exe) {
-  return measured_step_times(
-      self_exe, r.ranks,
-      {"--model.flavour=debug", "--parallel.dp=" + std::to_string(r.ranks / r.tp),
-       "--parallel.tp=" + std::to_string(r.tp), "--training.batch_size=" + std::to_string(r.batch()),
-       "--training.micro_batch_size=" + std::to_string(r.micro),
-       "--training.threads=" + std::to_string(threads)},
-      8, 2);  // the first step alone runs slow (allocation, the threads' start)
+MeasuredSteps reference_steps(const ReferenceRun& r, int64_t threads, const std::string& self_exe) {
+  return measured_steps(self_exe, r.ranks,
+                        {"--model.flavour=debug", "--parallel.dp=" + std::to_string(r.ranks / r.tp),
+                         "--parallel.tp=" + std::to_string(r.tp),
+                         "--training.batch_size=" + std::to_string(r.batch()),
+                         "--training.micro_batch_size=" + std::to_string(r.micro),
+                         "--training.threads=" + std::to_string(threads)},
+                        8, 2);  // the first step alone runs slow (allocation, the threads' start)
 }
 
 // The fits of each collective over the ranks of `c`.
@@ -301,12 +302,15 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   auto tp_small = [](int64_t g) { return ReferenceRun{g, 2, kTpCollectiveMicroBatch, 4}; };
   auto has_tp = [&](int64_t g) { return g % 2 == 0 && g * threads > cores; };
   std::map<int64_t, std::vector<std::vector<double>>> dp_runs, tp_runs, small_runs;
+  std::map<int64_t, std::vector<std::vector<double>>> small_tp_comm;
   for (int round = 0; round < rounds; ++round)
     for (int64_t g = 1; g <= a.nproc; ++g) {
-      dp_runs[g].push_back(reference_step_times(dp_ref(g), threads, self_exe));
+      dp_runs[g].push_back(reference_steps(dp_ref(g), threads, self_exe).step_s);
       if (!has_tp(g)) continue;
-      tp_runs[g].push_back(reference_step_times(tp_ref(g), threads, self_exe));
-      small_runs[g].push_back(reference_step_times(tp_small(g), threads, self_exe));
+      tp_runs[g].push_back(reference_steps(tp_ref(g), threads, self_exe).step_s);
+      const MeasuredSteps small = reference_steps(tp_small(g), threads, self_exe);
+      small_runs[g].push_back(small.step_s);
+      small_tp_comm[g].push_back(small.tp_comm_s);
     }
   // The references are predicted as plan predicts them: with the debug GPT's parts
   // timed (Note [measured parts]).
@@ -338,16 +342,22 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   }
   for (const auto& [g, runs] : tp_runs) {
     const auto [fastest, longer] = spread(runs);
-    const auto [small_fastest, small_longer] = spread(small_runs.at(g));
-    const TpScales k =
-        fit_tp_scales(p, tp_ref(g), fastest, tp_small(g), small_fastest, ref_options);
+    // The small run's collectives as the fastest of its runs took them.
+    const auto& small = small_runs.at(g);
+    size_t at = 0;
+    for (size_t i = 1; i < small.size(); ++i)
+      if (median(small[i]) < median(small[at])) at = i;
+    const double small_comm = median(small_tp_comm.at(g)[at]);
+    const auto [small_fastest, small_longer] = spread(small);
+    const TpScales k = fit_tp_scales(p, tp_ref(g), fastest, tp_small(g), small_comm, ref_options);
     p.tp_step_scale[g] = k.step_scale;
     p.tp_collective_scale[g] = k.collective_scale;
     std::printf("  tensor-parallel reference step (tp=2) on %lld ranks: compute %.2fx",
                 static_cast<long long>(g), k.step_scale);
     print_spread(runs.size(), longer);
-    std::printf("  and at micro-batch 1: its tp collectives %.2fx the loaded fits",
-                k.collective_scale);
+    std::printf(
+        "  and at micro-batch 1: its tp collectives took %.1f ms a step, %.2fx the loaded fits",
+        small_comm * 1e3, k.collective_scale);
     print_spread(runs.size(), small_longer);
   }
   alone_mix.push_back(compute_mix_seconds(a.quick));

@@ -17,9 +17,8 @@ namespace fs = std::filesystem;
 
 namespace strata {
 
-std::vector<double> measured_step_times(const std::string& self_exe, int64_t nproc,
-                                        const std::vector<std::string>& args, int64_t steps,
-                                        int64_t warmup) {
+MeasuredSteps measured_steps(const std::string& self_exe, int64_t nproc,
+                             const std::vector<std::string>& args, int64_t steps, int64_t warmup) {
   STRATA_CHECK(steps > warmup, "a measured run needs more steps (", steps, ") than warm-up (",
                warmup, ")");
   static int serial = 0;
@@ -49,14 +48,25 @@ std::vector<double> measured_step_times(const std::string& self_exe, int64_t npr
   const int rc = launch(lo);
   dup2(saved, STDOUT_FILENO);
   close(saved), close(null);
-  std::vector<double> times;
+  MeasuredSteps out;
   if (rc == 0 && fs::exists(dir / "metrics.jsonl"))
-    for (const auto& j : read_jsonl(dir / "metrics.jsonl"))
-      if (j.value("step", int64_t{0}) > warmup) times.push_back(j["step_ms"].get<double>() / 1e3);
+    for (const auto& j : read_jsonl(dir / "metrics.jsonl")) {
+      if (j.value("step", int64_t{0}) <= warmup) continue;
+      out.step_s.push_back(j["step_ms"].get<double>() / 1e3);
+      const auto axes = j.value("comm_axes", nlohmann::json::object());
+      const auto tp = axes.value("tp", nlohmann::json::object());
+      out.tp_comm_s.push_back(tp.value("ms", 0.0) / 1e3);
+    }
   STRATA_CHECK(rc == 0, "a measured training run on ", nproc,
                " ranks failed (its errors are above); check that strata train runs with it");
-  STRATA_CHECK(!times.empty(), "a measured training run on ", nproc, " ranks logged no steps");
-  return times;
+  STRATA_CHECK(!out.step_s.empty(), "a measured training run on ", nproc, " ranks logged no steps");
+  return out;
+}
+
+std::vector<double> measured_step_times(const std::string& self_exe, int64_t nproc,
+                                        const std::vector<std::string>& args, int64_t steps,
+                                        int64_t warmup) {
+  return measured_steps(self_exe, nproc, args, steps, warmup).step_s;
 }
 
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,

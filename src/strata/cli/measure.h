@@ -12,6 +12,13 @@ namespace strata {
 std::vector<double> measured_step_times(const std::string& self_exe, int64_t nproc,
                                         const std::vector<std::string>& args, int64_t steps,
                                         int64_t warmup);
+// Each measured step's time and, beside it, its time in the tp axis's collectives (the
+// run's own comm timers; 0 without tensor parallelism), seconds.
+struct MeasuredSteps {
+  std::vector<double> step_s, tp_comm_s;
+};
+MeasuredSteps measured_steps(const std::string& self_exe, int64_t nproc,
+                             const std::vector<std::string>& args, int64_t steps, int64_t warmup);
 // The median of those.
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,
                              const std::vector<std::string>& args, int64_t steps, int64_t warmup);

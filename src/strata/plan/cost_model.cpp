@@ -92,8 +92,20 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // at 2 ranks on 2 cores the reference came out 1.44x the data-parallel one and put
   // the tp layouts up to 47% over, which ran within a few percent of their prediction
   // without it.
-  // A tp group smaller than the world is priced by the loaded fits, as a run measures
-  // them (Note [tensor-parallel collectives in a run]).
+  // Note [tensor-parallel collectives in a run]: a tp pair inside a larger world (dp=2
+  // x tp=2 on 4 ranks and 2 cores) pays less per collective in a run than the loaded
+  // fits, timed with every pair in lock-step after a millisecond's multiply, say: the
+  // run's own comm timers gave 0.7-1.1 ms per all-reduce of 42 KB at micro-batch 1,
+  // where the fit says 1.9 ms, and they grow with the compute between collectives
+  // (2.1-2.2 ms at micro-batch 4, 4.3-4.9 ms for the d384 GPT's), which is the wait
+  // for a partner off its core that the tp step scale already prices as a stretch of
+  // compute. With the fit fitted at micro-batch 4, the micro-batch-1 and -2 dp x tp
+  // layouts came out 13-41% over in every bench chain. So calibrate also runs the tp
+  // reference at micro-batch 1, where a step is mostly collectives, and fits two
+  // terms to the two runs (fit_tp_scales): the collectives' scale over the loaded
+  // fits (tp_collective_scale) and the compute stretch (tp_step_scale). A tp group
+  // as large as the world is timed as the world's own fit, which runs matched (4.96
+  // -5.0 ms per call measured against 5.25 predicted at tp=4), and keeps it.
   const double tp_coll_scale = l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks()) : 1.0;
   auto coll = [&](const char* op, double bytes) {
     return tp_coll_scale * hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());

@@ -291,8 +291,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   read_factors(j, "step_scale", 0.5, where,
                p.step_scale);  // calibrate's floor (Note [step calibration])
   read_factors(j, "tp_step_scale", 0.5, where, p.tp_step_scale);
-  read_factors(j, "tp_collective_scale", kLeastTpCollectiveScale, where,
-               p.tp_collective_scale);
+  read_factors(j, "tp_collective_scale", kLeastTpCollectiveScale, where, p.tp_collective_scale);
   read_fits(j, "collectives", where, p.collectives);
   read_loaded_fits(j, "loaded_collectives", where, p.loaded_collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);

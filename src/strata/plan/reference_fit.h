@@ -10,8 +10,9 @@ namespace strata {
 // the cost model to them. Pure: calibrate measures, these functions fit, and the tests
 // feed them steps the model itself predicted.
 
-// The tensor-parallel reference's second run: one sequence per micro-batch, where a
-// step is mostly its tp collectives (Note [tensor-parallel collectives in a run]).
+// The tensor-parallel reference's second run: one sequence per micro-batch, where the
+// collectives wait least on compute between them (Note [tensor-parallel collectives
+// in a run]).
 inline constexpr int64_t kTpCollectiveMicroBatch = 1;
 // The most tp_collective_scale a fit may return.
 inline constexpr double kMostTpCollectiveScale = 2.0;
@@ -35,18 +36,17 @@ StepPrediction predict_reference(const ReferenceRun& r, const CostOptions& o,
 double step_scale_from(const HardwareProfile& hw, const ReferenceRun& r, const CostOptions& o,
                        double measured);
 
-// Note [tensor-parallel collectives in a run] fitted: the collective scale k and the
-// step scale s for tp layouts on ref.ranks ranks such that the reference (micro-batch
-// 4) and the small one (micro-batch 1, mostly collectives) are both predicted as
-// measured. Each k gives the s that fits the reference exactly; k is then bisected
-// until the small run fits too, within [kLeastTpCollectiveScale,
-// kMostTpCollectiveScale]. Where the small run's predicted collectives are not a
-// clearly larger share of its step than the reference's, the two runs cannot tell
-// the terms apart: k is 1 and s the reference's step scale.
+// Note [tensor-parallel collectives in a run] fitted: the tp collective scale k is
+// what the small run's tp collectives took (its own comm timers, seconds a step) over
+// what the loaded fits predict for them, within [kLeastTpCollectiveScale,
+// kMostTpCollectiveScale]; the tp step scale s then brings the reference (micro-batch
+// 4) to its measured step with collectives at k. A tp group as large as the world
+// keeps k = 1.
 struct TpScales {
   double step_scale = 1, collective_scale = 1;
 };
 TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, double measured_ref,
-                       const ReferenceRun& small, double measured_small, const CostOptions& o);
+                       const ReferenceRun& small, double measured_small_tp_comm,
+                       const CostOptions& o);
 
 }  // namespace strata
