@@ -88,10 +88,10 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_NEAR(tl.tp_comm_s - tu.tp_comm_s, 4 * (4 * 4 + 2 + 3) * 9e-5, 1e-9);
   // Note [tensor-parallel collectives in a run]: the profile's tp collective scale for
   // that world multiplies them; a tp group as large as the world keeps its own fit.
-  loaded.tp_collective_scale[4] = 0.4;
+  loaded.tp_collective_scale[4] = {{1e3, 0.4}};
   EXPECT_NEAR(predict_step(s, layout(2, 2, 1, 2, "1f1b"), {"fp32", 16, 0.5}, loaded).tp_comm_s,
               0.4 * tl.tp_comm_s, 1e-12);
-  loaded.tp_collective_scale[2] = 0.4;
+  loaded.tp_collective_scale[2] = {{1e3, 0.4}};
   EXPECT_NEAR(predict_step(s, layout(1, 2, 1, 2, "1f1b"), o, loaded).tp_comm_s, t.tp_comm_s, 1e-12);
   // Sequence parallel: per block 6 all-gathers, 4 reduce-scatters and 6 small
   // all-reduces of the replicated parameters' gradients.
@@ -456,35 +456,40 @@ TEST(ReferenceFit, StepScaleBringsTheReferenceToItsMeasuredStep) {
 }
 
 TEST(ReferenceFit, TpScalesRecoverWhatTheRunsWereMadeOf) {
-  // Runs made by the model itself with collectives at 0.35x the loaded fits and compute
-  // stretched 1.55x (the shape of this machine's dp=2 x tp=2 runs): the fit finds both
-  // from the small run's collectives and the reference's step, and then predicts both
-  // runs' steps as measured.
+  // Runs made by the model itself, their tp collectives at 0.5x the loaded fits at
+  // micro-batch 1 and 1.1x at 4 (the shape of this machine's dp=2 x tp=2 runs), compute
+  // stretched 1.3x: the fit finds the factors from each run's collectives, and the
+  // stretch from the reference's step.
   const HardwareProfile hw = shared_cpu();
   const ReferenceRun ref{4, 2, kReferenceMicroBatch, 2}, small{4, 2, kTpCollectiveMicroBatch, 4};
+  EXPECT_EQ(small.tp_message_bytes(), 128 * 96 * 4) << "the debug GPT: sequence 128, d 96";
+  EXPECT_EQ(ref.tp_message_bytes(), 4 * small.tp_message_bytes());
   const CostOptions o;
   HardwareProfile truth = hw;
-  truth.tp_collective_scale[4] = 0.35, truth.tp_step_scale[4] = 1.55;
-  const double m_ref = predict_reference(ref, o, truth).step_s;
+  truth.tp_collective_scale[4] = {{small.tp_message_bytes(), 0.5}, {ref.tp_message_bytes(), 1.1}};
+  truth.tp_step_scale[4] = 1.3;
+  const StepPrediction m_ref = predict_reference(ref, o, truth);
   const StepPrediction m_small = predict_reference(small, o, truth);
-  const TpScales k = fit_tp_scales(hw, ref, m_ref, small, m_small.tp_comm_s, o);
-  EXPECT_NEAR(k.collective_scale, 0.35, 1e-9);
-  EXPECT_NEAR(k.step_scale, 1.55, 1e-9);
-  HardwareProfile fitted = hw;
-  fitted.tp_collective_scale[4] = k.collective_scale, fitted.tp_step_scale[4] = k.step_scale;
-  EXPECT_NEAR(predict_reference(small, o, fitted).step_s, m_small.step_s, 1e-9);
-  // With the step scale alone (k = 1) the micro-batch-1 run, mostly collectives, comes
-  // out well over: the error the bench chains showed.
+  const TpScales k =
+      fit_tp_scales(hw, ref, m_ref.step_s, m_ref.tp_comm_s, small, m_small.tp_comm_s, o);
+  ASSERT_EQ(k.collective_scale.size(), 2u);
+  EXPECT_NEAR(k.collective_scale.at(small.tp_message_bytes()), 0.5, 1e-9);
+  EXPECT_NEAR(k.collective_scale.at(ref.tp_message_bytes()), 1.1, 1e-9);
+  EXPECT_NEAR(k.step_scale, 1.3, 1e-9);
+  // With the step scale alone (the fits as timed) the micro-batch-1 run, mostly
+  // collectives, comes out well over: the error the bench chains showed.
   HardwareProfile one = hw;
-  one.tp_step_scale[4] = step_scale_from(hw, ref, o, m_ref);
+  one.tp_step_scale[4] = step_scale_from(hw, ref, o, m_ref.step_s);
   EXPECT_GT(predict_reference(small, o, one).step_s, 1.2 * m_small.step_s);
-  // Timers beyond what any k in bounds explains take the bound.
-  EXPECT_EQ(fit_tp_scales(hw, ref, m_ref, small, 0.0, o).collective_scale, kLeastTpCollectiveScale);
-  EXPECT_EQ(fit_tp_scales(hw, ref, m_ref, small, 100.0, o).collective_scale,
-            kMostTpCollectiveScale);
-  // A tp group as large as the world keeps its fit: k stays 1.
+  // Timers beyond what any factor in bounds explains take the bound.
+  const TpScales low = fit_tp_scales(hw, ref, m_ref.step_s, 0.0, small, 0.0, o);
+  EXPECT_EQ(low.collective_scale.at(small.tp_message_bytes()), kLeastTpCollectiveScale);
+  const TpScales high = fit_tp_scales(hw, ref, m_ref.step_s, 100.0, small, 100.0, o);
+  EXPECT_EQ(high.collective_scale.at(ref.tp_message_bytes()), kMostTpCollectiveScale);
+  // A tp group as large as the world keeps its fit: no factors.
   const ReferenceRun whole{2, 2, kReferenceMicroBatch, 2}, whole_small{2, 2, 1, 4};
-  EXPECT_EQ(fit_tp_scales(hw, whole, m_ref, whole_small, 1e-4, o).collective_scale, 1.0);
+  EXPECT_TRUE(
+      fit_tp_scales(hw, whole, m_ref.step_s, 1e-4, whole_small, 1e-4, o).collective_scale.empty());
 }
 
 }  // namespace strata

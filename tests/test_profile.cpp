@@ -123,12 +123,17 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   p.contention[2] = 1.1;
   p.step_scale[1] = 1.2;
   p.tp_step_scale[4] = 1.6;
-  p.tp_collective_scale[4] = 0.4;
+  p.tp_collective_scale[4] = {{49152, 0.4}, {196608, 1.1}};
   p.loaded_collectives["all_gather"][4][2] = {7e-4, 1e9};
   const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
   EXPECT_EQ(q.loaded_collectives.at("all_gather").at(4).at(2).latency_s, 7e-4);
   EXPECT_EQ(q.tp_step_scale.at(4), 1.6);
-  EXPECT_EQ(q.tp_collective_scale.at(4), 0.4);
+  EXPECT_EQ(q.tp_collective_scale.at(4).at(196608), 1.1);
+  // Between the sizes measured, in log(bytes); the nearest beyond; 1 in other worlds.
+  EXPECT_NEAR(q.tp_collective_scale_for(4, 98304), 0.75, 1e-12);
+  EXPECT_EQ(q.tp_collective_scale_for(4, 1024), 0.4);
+  EXPECT_EQ(q.tp_collective_scale_for(4, 1e9), 1.1);
+  EXPECT_EQ(q.tp_collective_scale_for(8, 98304), 1.0);
   EXPECT_EQ(profile_json(q), profile_json(p));
   auto error = [](const std::string& text) {
     try {
@@ -203,9 +208,13 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     EXPECT_LT(p.tp_step_scale.at(4), 5.0);
     // Note [tensor-parallel collectives in a run]: fitted within its bounds.
     ASSERT_EQ(p.tp_collective_scale.count(4), 1u) << r.output;
-    EXPECT_GE(p.tp_collective_scale.at(4), kLeastTpCollectiveScale);
-    EXPECT_LE(p.tp_collective_scale.at(4), kMostTpCollectiveScale);
-    EXPECT_NE(r.output.find("at micro-batch 1: its tp collectives"), std::string::npos) << r.output;
+    ASSERT_EQ(p.tp_collective_scale.at(4).size(), 2u) << "micro-batches 1 and 4";
+    for (const auto& [bytes, x] : p.tp_collective_scale.at(4)) {
+      EXPECT_GE(x, kLeastTpCollectiveScale) << bytes;
+      EXPECT_LE(x, kMostTpCollectiveScale) << bytes;
+    }
+    EXPECT_NE(r.output.find("their tp collectives over the loaded fits:"), std::string::npos)
+        << r.output;
   } else {
     EXPECT_TRUE(p.tp_step_scale.empty());
     EXPECT_TRUE(p.tp_collective_scale.empty());

@@ -301,16 +301,14 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   auto tp_ref = [](int64_t g) { return ReferenceRun{g, 2, kReferenceMicroBatch, 2}; };
   auto tp_small = [](int64_t g) { return ReferenceRun{g, 2, kTpCollectiveMicroBatch, 4}; };
   auto has_tp = [&](int64_t g) { return g % 2 == 0 && g * threads > cores; };
-  std::map<int64_t, std::vector<std::vector<double>>> dp_runs, tp_runs, small_runs;
-  std::map<int64_t, std::vector<std::vector<double>>> small_tp_comm;
+  std::map<int64_t, std::vector<std::vector<double>>> dp_runs;
+  std::map<int64_t, std::vector<MeasuredSteps>> tp_runs, small_runs;
   for (int round = 0; round < rounds; ++round)
     for (int64_t g = 1; g <= a.nproc; ++g) {
       dp_runs[g].push_back(reference_steps(dp_ref(g), threads, self_exe).step_s);
       if (!has_tp(g)) continue;
-      tp_runs[g].push_back(reference_steps(tp_ref(g), threads, self_exe).step_s);
-      const MeasuredSteps small = reference_steps(tp_small(g), threads, self_exe);
-      small_runs[g].push_back(small.step_s);
-      small_tp_comm[g].push_back(small.tp_comm_s);
+      tp_runs[g].push_back(reference_steps(tp_ref(g), threads, self_exe));
+      small_runs[g].push_back(reference_steps(tp_small(g), threads, self_exe));
     }
   // The references are predicted as plan predicts them: with the debug GPT's parts
   // timed (Note [measured parts]).
@@ -340,25 +338,32 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                 static_cast<long long>(g), p.step_scale[g]);
     print_spread(runs.size(), longer);
   }
-  for (const auto& [g, runs] : tp_runs) {
-    const auto [fastest, longer] = spread(runs);
-    // The small run's collectives as the fastest of its runs took them.
-    const auto& small = small_runs.at(g);
+  // A tp reference's fastest run: its median step and its tp collectives' median.
+  auto fastest_tp = [&](const std::vector<MeasuredSteps>& runs) {
+    std::vector<std::vector<double>> steps;
+    for (const auto& r : runs) steps.push_back(r.step_s);
     size_t at = 0;
-    for (size_t i = 1; i < small.size(); ++i)
-      if (median(small[i]) < median(small[at])) at = i;
-    const double small_comm = median(small_tp_comm.at(g)[at]);
-    const auto [small_fastest, small_longer] = spread(small);
-    const TpScales k = fit_tp_scales(p, tp_ref(g), fastest, tp_small(g), small_comm, ref_options);
+    for (size_t i = 1; i < runs.size(); ++i)
+      if (median(runs[i].step_s) < median(runs[at].step_s)) at = i;
+    const auto [fastest, longer] = spread(steps);
+    return std::tuple{fastest, median(runs[at].tp_comm_s), longer};
+  };
+  for (const auto& [g, runs] : tp_runs) {
+    const auto [step, comm, longer] = fastest_tp(runs);
+    const auto [small_step, small_comm, small_longer] = fastest_tp(small_runs.at(g));
+    const TpScales k =
+        fit_tp_scales(p, tp_ref(g), step, comm, tp_small(g), small_comm, ref_options);
     p.tp_step_scale[g] = k.step_scale;
-    p.tp_collective_scale[g] = k.collective_scale;
+    if (!k.collective_scale.empty()) p.tp_collective_scale[g] = k.collective_scale;
     std::printf("  tensor-parallel reference step (tp=2) on %lld ranks: compute %.2fx",
                 static_cast<long long>(g), k.step_scale);
     print_spread(runs.size(), longer);
-    std::printf(
-        "  and at micro-batch 1: its tp collectives took %.1f ms a step, %.2fx the loaded fits",
-        small_comm * 1e3, k.collective_scale);
+    std::printf("  and at micro-batch 1: %.2f ms a step", small_step * 1e3);
     print_spread(runs.size(), small_longer);
+    std::printf("  their tp collectives over the loaded fits:");
+    for (const auto& [bytes, x] : k.collective_scale)
+      std::printf(" %.2fx at %.0f KiB", x, bytes / 1024);
+    std::printf(" (%.1f and %.1f ms a step)\n", small_comm * 1e3, comm * 1e3);
   }
   alone_mix.push_back(compute_mix_seconds(a.quick));
   report_speed_drift(alone_mix);

@@ -101,14 +101,22 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // for a partner off its core that the tp step scale already prices as a stretch of
   // compute. With the fit fitted at micro-batch 4, the micro-batch-1 and -2 dp x tp
   // layouts came out 13-41% over in every bench chain. So calibrate also runs the tp
-  // reference at micro-batch 1, where a step is mostly collectives, and fits two
-  // terms to the two runs (fit_tp_scales): the collectives' scale over the loaded
-  // fits (tp_collective_scale) and the compute stretch (tp_step_scale). A tp group
-  // as large as the world is timed as the world's own fit, which runs matched (4.96
-  // -5.0 ms per call measured against 5.25 predicted at tp=4), and keeps it.
-  const double tp_coll_scale = l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks()) : 1.0;
+  // reference at micro-batch 1 and takes, for it and for the micro-batch-4 reference,
+  // what their tp collectives took by the run's own comm timers over what the loaded
+  // fits predict (fit_tp_scales): the profile's tp_collective_scale, by message size
+  // (their blocks' all-reduce, 48 and 192 KiB), between which a message's factor is
+  // interpolated in log(bytes), the nearest beyond them. The tp step scale is then the
+  // compute stretch alone. Two ways that failed first: one factor from the micro-batch-1
+  // run, with the stretch fitted at 4, put the waits the larger messages meet into the
+  // stretch (1.86 against the data-parallel 1.46), and the d384 GPT's dp x tp layouts,
+  // with 4x the compute between collectives, came out 30-52% over; fitting a factor and
+  // the stretch to both runs' steps gave factors of 0.54, 0.58 and 0.19 in three
+  // calibrations within an hour. A tp group as large as the world is priced by the
+  // world's own fit, which runs matched (4.96-5.0 ms per call measured against 5.25
+  // predicted at tp=4), and keeps it.
   auto coll = [&](const char* op, double bytes) {
-    return tp_coll_scale * hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
+    const double scale = l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
+    return scale * hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
   PartCosts c;
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run

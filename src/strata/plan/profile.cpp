@@ -66,9 +66,16 @@ double HardwareProfile::step_scale_for(int64_t ranks, bool tp) const {
   return it == step_scale.begin() ? 1.0 : std::prev(it)->second;
 }
 
-double HardwareProfile::tp_collective_scale_for(int64_t ranks) const {
+double HardwareProfile::tp_collective_scale_for(int64_t ranks, double bytes) const {
   auto it = tp_collective_scale.find(ranks);
-  return it == tp_collective_scale.end() ? 1.0 : it->second;
+  if (it == tp_collective_scale.end() || it->second.empty()) return 1.0;
+  const auto& pts = it->second;
+  auto hi = pts.lower_bound(bytes);
+  if (hi == pts.end()) return pts.rbegin()->second;
+  if (hi == pts.begin()) return hi->second;
+  const auto lo = std::prev(hi);
+  const double t = std::log(bytes / lo->first) / std::log(hi->first / lo->first);
+  return lo->second + (hi->second - lo->second) * t;
 }
 
 double HardwareProfile::compute_slowdown(double ranks, bool tp) const {
@@ -131,6 +138,16 @@ nlohmann::json by_ranks_json(const std::map<int64_t, double>& c) {
   for (const auto& [g, x] : c) out[std::to_string(g)] = x;
   return out;
 }
+// world -> [{bytes, scale}, ...], read back by read_tp_scales.
+nlohmann::json tp_scale_json(const std::map<int64_t, std::map<double, double>>& c) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [g, pts] : c) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& [bytes, x] : pts) a.push_back({{"bytes", bytes}, {"scale", x}});
+    out[std::to_string(g)] = a;
+  }
+  return out;
+}
 // name -> [{<size>: x, seconds: t}, ...], read back by read_curves.
 template <class Point, class Size>
 nlohmann::json curves_json(const std::map<std::string, std::vector<Point>>& curves,
@@ -174,7 +191,7 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"contention", by_ranks_json(p.contention)},
           {"step_scale", by_ranks_json(p.step_scale)},
           {"tp_step_scale", by_ranks_json(p.tp_step_scale)},
-          {"tp_collective_scale", by_ranks_json(p.tp_collective_scale)},
+          {"tp_collective_scale", tp_scale_json(p.tp_collective_scale)},
           {"collectives", coll},
           {"loaded_collectives", loaded},
           {"intra_node", link(p.intra_node)},
@@ -237,6 +254,24 @@ void read_factors(const nlohmann::json& j, const char* key, double least, const 
     out[rank_count(g, where)] = x.get<double>();
   }
 }
+// tp_scale_json's: each factor at least kLeastTpCollectiveScale, each size positive.
+void read_tp_scales(const nlohmann::json& j, const std::string& where,
+                    std::map<int64_t, std::map<double, double>>& out) {
+  if (!j.contains("tp_collective_scale")) return;
+  for (const auto& [g, pts] : j["tp_collective_scale"].items()) {
+    STRATA_CHECK(pts.is_array(), where, ": tp_collective_scale.", g,
+                 " must be a list of {bytes, scale}");
+    for (const auto& pt : pts) {
+      const bool ok = pt.is_object() && pt.contains("bytes") && pt["bytes"].is_number() &&
+                      pt["bytes"].get<double>() > 0 && pt.contains("scale") &&
+                      pt["scale"].is_number() &&
+                      pt["scale"].get<double>() >= kLeastTpCollectiveScale;
+      STRATA_CHECK(ok, where, ": tp_collective_scale.", g,
+                   " needs bytes > 0 and scale >= ", kLeastTpCollectiveScale, " in each point");
+      out[rank_count(g, where)][pt["bytes"].get<double>()] = pt["scale"].get<double>();
+    }
+  }
+}
 // group size -> {latency_s, bytes_per_s} at `path` (for errors), profile_json's.
 void read_group_fits(const nlohmann::json& fits, const std::string& path, const std::string& where,
                      std::map<int64_t, LinkFit>& out) {
@@ -291,7 +326,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   read_factors(j, "step_scale", 0.5, where,
                p.step_scale);  // calibrate's floor (Note [step calibration])
   read_factors(j, "tp_step_scale", 0.5, where, p.tp_step_scale);
-  read_factors(j, "tp_collective_scale", kLeastTpCollectiveScale, where, p.tp_collective_scale);
+  read_tp_scales(j, where, p.tp_collective_scale);
   read_fits(j, "collectives", where, p.collectives);
   read_loaded_fits(j, "loaded_collectives", where, p.loaded_collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);

@@ -68,8 +68,9 @@ struct HardwareProfile {
   // (Note [tensor-parallel step scale]); empty: step_scale.
   std::map<int64_t, double> tp_step_scale;
   // CPU profiles: what a tensor-parallel group's collectives cost in a run over what the
-  // loaded fits say, by world (Note [tensor-parallel collectives in a run]); empty: 1.
-  std::map<int64_t, double> tp_collective_scale;
+  // loaded fits say, by world, at the message sizes measured (Note [tensor-parallel
+  // collectives in a run]): world -> bytes -> factor; none: 1.
+  std::map<int64_t, std::map<double, double>> tp_collective_scale;
   double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
   double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
 
@@ -85,8 +86,10 @@ struct HardwareProfile {
   double compute_share(double ranks) const;
   // The step scale for `ranks` ranks: the nearest measured size below, 1 when none.
   double step_scale_for(int64_t ranks, bool tp = false) const;
-  // The tp collective scale for a world of `ranks`: the one measured there, else 1.
-  double tp_collective_scale_for(int64_t ranks) const;
+  // The tp collective scale for a world of `ranks` and a message of `bytes`: the
+  // measured factors interpolated in log(bytes), the nearest one beyond them; 1 where
+  // that world has none.
+  double tp_collective_scale_for(int64_t ranks, double bytes) const;
   // CPU profiles: what stretches each rank's compute with `ranks` ranks computing (a
   // fraction when some wait), the trainer's own work included: the contention times
   // the step scale at each whole number of ranks, linear between them (Note [step

@@ -1,10 +1,24 @@
 #include "strata/plan/reference_fit.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "strata/models/flavours.h"
 
 namespace strata {
+
+namespace {
+ModelSpec reference_spec() {
+  ModelConfig mc;
+  mc.flavour = "debug";
+  return resolve_model_spec(mc, DataShape{});
+}
+}  // namespace
+
+double ReferenceRun::tp_message_bytes() const {
+  const ModelSpec s = reference_spec();
+  return static_cast<double>(micro * s.seq_len * s.d_model) * 4;
+}
 
 Layout ReferenceRun::layout() const {
   Layout l;
@@ -14,11 +28,9 @@ Layout ReferenceRun::layout() const {
 
 StepPrediction predict_reference(const ReferenceRun& r, const CostOptions& o,
                                  const HardwareProfile& hw) {
-  ModelConfig mc;
-  mc.flavour = "debug";
   CostOptions ro = o;
   ro.precision = "fp32", ro.batch = r.batch(), ro.overlap = 0.0;
-  return predict_step(resolve_model_spec(mc, DataShape{}), r.layout(), ro, hw);
+  return predict_step(reference_spec(), r.layout(), ro, hw);
 }
 
 double step_scale_from(const HardwareProfile& hw, const ReferenceRun& r, const CostOptions& o,
@@ -36,18 +48,44 @@ double step_scale_from(const HardwareProfile& hw, const ReferenceRun& r, const C
   return std::max(0.5, (measured - comm) / std::max(predicted.step_s - comm, 1e-9));
 }
 
-TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, double measured_ref,
-                       const ReferenceRun& small, double measured_small_tp_comm,
-                       const CostOptions& o) {
+TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, double measured_ref_step,
+                       double measured_ref_tp_comm, const ReferenceRun& small,
+                       double measured_small_tp_comm, const CostOptions& o) {
   const int64_t g = ref.ranks;
   HardwareProfile q = hw;
   q.tp_collective_scale.erase(g);
-  const double predicted = predict_reference(small, o, q).tp_comm_s;
   // A tp group as large as the world keeps its own fit (the scale never applies).
-  if (small.tp < small.ranks && predicted > 0)
-    q.tp_collective_scale[g] = std::clamp(measured_small_tp_comm / predicted,
-                                          kLeastTpCollectiveScale, kMostTpCollectiveScale);
-  return {step_scale_from(q, ref, o, measured_ref), q.tp_collective_scale_for(g)};
+  if (ref.tp >= ref.ranks || small.tp >= small.ranks)
+    return {step_scale_from(q, ref, o, measured_ref_step), {}};
+  // Smaller messages first: each run's factor is the one that, with those before it,
+  // prices its collectives as its timers measured them (its few smaller messages, the
+  // loss's reductions, take the factors below), bisected within the bounds.
+  std::map<double, double>& points = q.tp_collective_scale[g];
+  std::vector<std::pair<ReferenceRun, double>> runs{{small, measured_small_tp_comm},
+                                                    {ref, measured_ref_tp_comm}};
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) {
+    return x.first.tp_message_bytes() < y.first.tp_message_bytes();
+  });
+  for (const auto& [run, measured] : runs) {
+    const double bytes = run.tp_message_bytes();
+    auto comm_at = [&](double x) {
+      points[bytes] = x;
+      return predict_reference(run, o, q).tp_comm_s;
+    };
+    double lo = kLeastTpCollectiveScale, hi = kMostTpCollectiveScale;
+    if (comm_at(lo) >= measured) {
+      points[bytes] = lo;
+    } else if (comm_at(hi) <= measured) {
+      points[bytes] = hi;
+    } else {
+      for (int i = 0; i < 50; ++i) {
+        const double mid = (lo + hi) / 2;
+        (comm_at(mid) < measured ? lo : hi) = mid;
+      }
+      points[bytes] = (lo + hi) / 2;
+    }
+  }
+  return {step_scale_from(q, ref, o, measured_ref_step), points};
 }
 
 }  // namespace strata

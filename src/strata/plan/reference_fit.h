@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <map>
 
 #include "strata/plan/cost_model.h"
 #include "strata/plan/profile.h"
@@ -23,6 +24,8 @@ struct ReferenceRun {
   int64_t ranks = 1, tp = 1, micro = 4, micro_batches = 2;
   int64_t batch() const { return micro * micro_batches * (ranks / tp); }
   Layout layout() const;
+  // The bytes of one block's tp all-reduce: micro x sequence x d_model floats.
+  double tp_message_bytes() const;
 };
 
 // The step `hw` predicts for the reference (o: its part scales, if any; precision and
@@ -36,17 +39,20 @@ StepPrediction predict_reference(const ReferenceRun& r, const CostOptions& o,
 double step_scale_from(const HardwareProfile& hw, const ReferenceRun& r, const CostOptions& o,
                        double measured);
 
-// Note [tensor-parallel collectives in a run] fitted: the tp collective scale k is
-// what the small run's tp collectives took (its own comm timers, seconds a step) over
-// what the loaded fits predict for them, within [kLeastTpCollectiveScale,
-// kMostTpCollectiveScale]; the tp step scale s then brings the reference (micro-batch
-// 4) to its measured step with collectives at k. A tp group as large as the world
-// keeps k = 1.
+// Note [tensor-parallel collectives in a run] fitted: for each of the two tp runs (the
+// small one at micro-batch 1, the reference at 4), what its tp collectives took (the
+// run's own comm timers, seconds a step) over what the loaded fits predict for them,
+// within [kLeastTpCollectiveScale, kMostTpCollectiveScale], at the size of its blocks'
+// all-reduce (tp_message_bytes); the tp step scale then brings the reference to its
+// measured step with the collectives so priced. A tp group as large as the world keeps
+// its own fit (no points). Each factor is bisected, smaller messages first, so that
+// with those before it the run's collectives are priced as its timers measured them.
 struct TpScales {
-  double step_scale = 1, collective_scale = 1;
+  double step_scale = 1;
+  std::map<double, double> collective_scale;  // bytes -> factor
 };
-TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, double measured_ref,
-                       const ReferenceRun& small, double measured_small_tp_comm,
-                       const CostOptions& o);
+TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, double measured_ref_step,
+                       double measured_ref_tp_comm, const ReferenceRun& small,
+                       double measured_small_tp_comm, const CostOptions& o);
 
 }  // namespace strata
