@@ -91,6 +91,13 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   loaded.tp_collective_scale[4] = {{1e3, 0.4}};
   EXPECT_NEAR(predict_step(s, layout(2, 2, 1, 2, "1f1b"), {"fp32", 16, 0.5}, loaded).tp_comm_s,
               0.4 * tl.tp_comm_s, 1e-12);
+  // A pipeline's tp pairs keep the fits as timed (the factors are a dp x tp world's).
+  HardwareProfile unscaled_loaded = loaded;
+  unscaled_loaded.tp_collective_scale.clear();
+  EXPECT_NEAR(
+      predict_step(s, layout(1, 2, 2, 2, "1f1b"), {"fp32", 16, 0.5}, loaded).tp_comm_s,
+      predict_step(s, layout(1, 2, 2, 2, "1f1b"), {"fp32", 16, 0.5}, unscaled_loaded).tp_comm_s,
+      1e-12);
   loaded.tp_collective_scale[2] = {{1e3, 0.4}};
   EXPECT_NEAR(predict_step(s, layout(1, 2, 1, 2, "1f1b"), o, loaded).tp_comm_s, t.tp_comm_s, 1e-12);
   // Sequence parallel: per block 6 all-gathers, 4 reduce-scatters and 6 small

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "strata/api/strata.h"
 #include "strata/cli/machine_bench.h"
@@ -361,8 +362,9 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     std::printf("  and at micro-batch 1: %.2f ms a step", small_step * 1e3);
     print_spread(runs.size(), small_longer);
     std::printf("  their tp collectives over the loaded fits:");
+    const char* sep = " ";
     for (const auto& [bytes, x] : k.collective_scale)
-      std::printf(" %.2fx at %.0f KiB", x, bytes / 1024);
+      std::printf("%s%.2fx at %.0f KiB", std::exchange(sep, ", "), x, bytes / 1024);
     std::printf(" (%.1f and %.1f ms a step)\n", small_comm * 1e3, comm * 1e3);
   }
   alone_mix.push_back(compute_mix_seconds(a.quick));

@@ -111,11 +111,16 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // stretch (1.86 against the data-parallel 1.46), and the d384 GPT's dp x tp layouts,
   // with 4x the compute between collectives, came out 30-52% over; fitting a factor and
   // the stretch to both runs' steps gave factors of 0.54, 0.58 and 0.19 in three
-  // calibrations within an hour. A tp group as large as the world is priced by the
-  // world's own fit, which runs matched (4.96-5.0 ms per call measured against 5.25
+  // calibrations within an hour. The factors are measured with dp replicas beside the
+  // pair, and only dp x tp layouts take them: with them, pp=2 x tp=2 layouts at
+  // micro-batch 1 came out 22-34% under in both 4-rank rows (a pipeline's other pair
+  // runs other work, or idles in the bubble), where the fits as timed had priced them
+  // within -11% to +13% over four chains. A tp group as large as the world is priced by
+  // the world's own fit, which runs matched (4.96-5.0 ms per call measured against 5.25
   // predicted at tp=4), and keeps it.
   auto coll = [&](const char* op, double bytes) {
-    const double scale = l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
+    const double scale =
+        l.tp < l.ranks() && l.pp == 1 ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
     return scale * hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
   PartCosts c;
