@@ -93,31 +93,31 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // the tp layouts up to 47% over, which ran within a few percent of their prediction
   // without it.
   // Note [tensor-parallel collectives in a run]: a tp pair inside a larger world (dp=2
-  // x tp=2 on 4 ranks and 2 cores) pays less per collective in a run than the loaded
-  // fits, timed with every pair in lock-step after a millisecond's multiply, say: the
-  // run's own comm timers gave 0.7-1.1 ms per all-reduce of 42 KB at micro-batch 1,
-  // where the fit says 1.9 ms, and they grow with the compute between collectives
-  // (2.1-2.2 ms at micro-batch 4, 4.3-4.9 ms for the d384 GPT's), which is the wait
-  // for a partner off its core that the tp step scale already prices as a stretch of
-  // compute. With the fit fitted at micro-batch 4, the micro-batch-1 and -2 dp x tp
-  // layouts came out 13-41% over in every bench chain. So calibrate also runs the tp
-  // reference at micro-batch 1 and takes, for it and for the micro-batch-4 reference,
-  // what their tp collectives took by the run's own comm timers over what the loaded
-  // fits predict (fit_tp_scales): the profile's tp_collective_scale, by message size
-  // (their blocks' all-reduce, 48 and 192 KiB), between which a message's factor is
-  // interpolated in log(bytes), the nearest beyond them. The tp step scale is then the
-  // compute stretch alone. Two ways that failed first: one factor from the micro-batch-1
-  // run, with the stretch fitted at 4, put the waits the larger messages meet into the
-  // stretch (1.86 against the data-parallel 1.46), and the d384 GPT's dp x tp layouts,
-  // with 4x the compute between collectives, came out 30-52% over; fitting a factor and
-  // the stretch to both runs' steps gave factors of 0.54, 0.58 and 0.19 in three
-  // calibrations within an hour. The factors are measured with dp replicas beside the
-  // pair, and only dp x tp layouts take them: with them, pp=2 x tp=2 layouts at
-  // micro-batch 1 came out 22-34% under in both 4-rank rows (a pipeline's other pair
-  // runs other work, or idles in the bubble), where the fits as timed had priced them
-  // within -11% to +13% over four chains. A tp group as large as the world is priced by
-  // the world's own fit, which runs matched (4.96-5.0 ms per call measured against 5.25
-  // predicted at tp=4), and keeps it.
+  // x tp=2 on 4 ranks and 2 cores) pays other than the loaded fits per collective in a
+  // run. The fits are timed with every pair in lock-step after a millisecond's
+  // multiply; the run's own comm timers gave 0.7-1.1 ms per all-reduce of 42 KB at
+  // micro-batch 1 where the fit says 1.9 ms, 2.1-2.2 ms at 165 KB where it says 2.0, and
+  // 4.3-4.9 ms at 704 KB (the d384 GPT). With the tp step scale fitted at micro-batch
+  // 4, which absorbed the difference there, the micro-batch-1 and -2 dp x tp layouts
+  // came out 13-41% over in every bench chain. So calibrate also runs the tp reference
+  // at micro-batch 1 and takes, for both tp runs, what their tp collectives took by the
+  // run's own timers over what the loaded fits predict (fit_tp_scales): the profile's
+  // tp_collective_scale by message size (their blocks' all-reduce, 48 and 192 KiB),
+  // interpolated in log(bytes) between them, the nearest beyond. The tp step scale is
+  // then the compute stretch alone.
+  //
+  // Two ways that failed first: one factor from the micro-batch-1 run, with the stretch
+  // fitted at 4, put the waits of the larger messages into the stretch (1.86 against
+  // the data-parallel 1.46), and the d384 GPT's dp x tp layouts, with 4x the compute
+  // between collectives, came out 30-52% over; fitting a factor and the stretch to both
+  // runs' steps gave factors of 0.54, 0.58 and 0.19 in three calibrations within an
+  // hour. The factors are measured with dp replicas beside the pair, and only dp x tp
+  // layouts take them: with them, pp=2 x tp=2 layouts at micro-batch 1 came out 22-34%
+  // under in the debug and bert-debug 4-rank rows (a pipeline's other pair runs other
+  // work, or idles in the bubble), where the fits as timed had priced them within -11%
+  // to +13% over four chains. A tp group as large as the world is priced by the world's
+  // own fit, which runs matched (4.96-5.0 ms per call measured against 5.25 predicted at
+  // tp=4), and keeps it.
   auto coll = [&](const char* op, double bytes) {
     const double scale =
         l.tp < l.ranks() && l.pp == 1 ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
