@@ -85,4 +85,7 @@ TEST(Stats, FastestRunIsTheSmallestMedian) {
   EXPECT_EQ(fastest_run({{}, {4, 2, 3}}), 3) << "a run without steps is skipped";
   EXPECT_TRUE(std::isnan(fastest_run({})));
   EXPECT_TRUE(std::isnan(fastest_run({{}})));
+  EXPECT_EQ(fastest_run_index({{5, 5, 1}, {3, 4, 3}, {6, 2, 7}}), 1u);
+  EXPECT_EQ(fastest_run_index({{}, {4, 2, 3}}), 1u);
+  EXPECT_EQ(fastest_run_index({{}}), 1u) << "none: the count";
 }

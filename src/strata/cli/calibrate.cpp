@@ -339,15 +339,13 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                 static_cast<long long>(g), p.step_scale[g]);
     print_spread(runs.size(), longer);
   }
-  // A tp reference's fastest run: its median step and its tp collectives' median.
+  // A tp reference's fastest run: its median step, its tp collectives' median, and how
+  // much longer its slowest run took.
   auto fastest_tp = [&](const std::vector<MeasuredSteps>& runs) {
     std::vector<std::vector<double>> steps;
     for (const auto& r : runs) steps.push_back(r.step_s);
-    size_t at = 0;
-    for (size_t i = 1; i < runs.size(); ++i)
-      if (median(runs[i].step_s) < median(runs[at].step_s)) at = i;
     const auto [fastest, longer] = spread(steps);
-    return std::tuple{fastest, median(runs[at].tp_comm_s), longer};
+    return std::tuple{fastest, median(runs[fastest_run_index(steps)].tp_comm_s), longer};
   };
   for (const auto& [g, runs] : tp_runs) {
     const auto [step, comm, longer] = fastest_tp(runs);
@@ -360,7 +358,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                 static_cast<long long>(g), k.step_scale);
     print_spread(runs.size(), longer);
     std::printf("  and at micro-batch 1: %.2f ms a step", small_step * 1e3);
-    print_spread(runs.size(), small_longer);
+    print_spread(small_runs.at(g).size(), small_longer);
     std::printf("  their tp collectives over the loaded fits:");
     const char* sep = " ";
     for (const auto& [bytes, x] : k.collective_scale)

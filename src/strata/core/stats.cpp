@@ -10,13 +10,19 @@ double median(std::vector<double> v, double if_empty) {
   return v[v.size() / 2];
 }
 
-double fastest_run(const std::vector<std::vector<double>>& runs) {
-  double best = NAN;
-  for (const auto& r : runs) {
-    const double m = median(r);
-    if (!std::isnan(m) && !(m >= best)) best = m;
+size_t fastest_run_index(const std::vector<std::vector<double>>& runs) {
+  size_t best = runs.size();
+  double best_median = NAN;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const double m = median(runs[i]);
+    if (!std::isnan(m) && !(m >= best_median)) best = i, best_median = m;
   }
   return best;
+}
+
+double fastest_run(const std::vector<std::vector<double>>& runs) {
+  const size_t i = fastest_run_index(runs);
+  return i == runs.size() ? NAN : median(runs[i]);
 }
 
 }  // namespace strata

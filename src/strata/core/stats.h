@@ -1,5 +1,6 @@
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 namespace strata {
@@ -14,5 +15,7 @@ double median(std::vector<double> v, double if_empty = NAN);
 // moment only adds time, so the fastest run is the steadiest figure of its speed
 // (Note [step calibration, spread runs]).
 double fastest_run(const std::vector<std::vector<double>>& runs);
+// Which of runs that is (runs.size() when none has a step), for what else it measured.
+size_t fastest_run_index(const std::vector<std::vector<double>>& runs);
 
 }  // namespace strata
