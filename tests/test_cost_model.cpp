@@ -111,6 +111,15 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_NEAR(u.tp_comm_s,
               4 * (4 * (6 * ag + 4 * rs + 6 * param) + 2 * (ag + rs) + 3 * param + 3 * small),
               1e-9);
+  // Full recompute replays the forward's collectives only (Note [recompute's
+  // collectives]): per block 2 all-reduces, or under SP 2 all-gathers and 2
+  // reduce-scatters (none of the replicated parameters' all-reduces, which are
+  // backward's).
+  Layout full_tp = layout(1, 2, 1, 2, "1f1b"), full_sp = sp;
+  full_tp.recompute = full_sp.recompute = "full";
+  EXPECT_NEAR(predict_step(s, full_tp, o, hw).tp_comm_s - t.tp_comm_s, 4 * 4 * 2 * ar, 1e-9);
+  EXPECT_NEAR(predict_step(s, full_sp, o, hw).tp_comm_s - u.tp_comm_s, 4 * 4 * (2 * ag + 2 * rs),
+              1e-9);
   // ZeRO-3 at dp=2 (no overlap): per micro-batch each block's unit gathered twice and
   // reduced once (on Gloo by all-reduce), and the root (embeddings, norms, head)
   // gathered and reduced once, as the trainer's counters show (Note [ZeRO]); and the

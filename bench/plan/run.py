@@ -29,7 +29,9 @@ slow stretch of the machine does not fall on the same layouts twice) and counts 
 layout's fastest run: the machine's slowdowns only add time. It prints how far a
 layout's passes differ, the noise floor under every error figure, and compares each
 layout's fastest run with the prediction at the fastest anchor (the machine at its
-best on both sides).
+best on both sides). With four or more passes it also splits them in halves and compares
+each layout's fastest run in one half with its fastest in the other (Note [bench split
+halves]): the host's reproducibility in the very figure the errors are taken on.
 
   python3 bench/plan/run.py [--nproc 4 --flavour debug --batch 16 --sample 12 --steps 8]
 """
@@ -182,6 +184,28 @@ def main():
         spread = [max(m for m, _ in runs[i]) / min(m for m, _ in runs[i]) - 1 for i in at]
         print(f"the same layout's {a.passes} passes differ by: median "
               f"{100 * statistics.median(spread):.1f}%, max {100 * max(spread):.1f}%")
+    if a.passes >= 4:
+        # Note [bench split halves]: how well the measurement reproduces itself, in the
+        # statistic the errors use. The passes are split into two halves (each with
+        # forward and reversed passes) and each layout's fastest run in one half is
+        # compared with its fastest in the other, as if one half were a perfect model of
+        # the other: no cost model can score better against this machine than that. The
+        # prediction is scored against each half too: how far the same model's figures
+        # move between two halves of one bench.
+        half = a.passes // 2
+        both = [i for i in at if len(runs[i]) == a.passes]
+        if len(both) >= 3:
+            first = [min(m for m, _ in runs[i][:half]) for i in both]
+            second = [min(m for m, _ in runs[i][half:]) for i in both]
+            split = [abs(x - y) / y for x, y in zip(first, second)]
+            print(f"split halves (fastest of passes 1-{half} against fastest of "
+                  f"{half + 1}-{a.passes}, {len(both)} layouts): |difference| median "
+                  f"{100 * statistics.median(split):.1f}%, max {100 * max(split):.1f}%; "
+                  f"Spearman {spearman(first, second):.2f}")
+            for name, half_meas in (("first", first), ("second", second)):
+                e = [abs(chosen[i]["step_s"] * 1e3 - m) / m for i, m in zip(both, half_meas)]
+                print(f"  the prediction against the {name} half: |error| median "
+                      f"{100 * statistics.median(e):.1f}%, max {100 * max(e):.1f}%")
     # Each run at the profile's speed (divided by its factor); a layout's is the median
     # of its passes'.
     steady = [statistics.median(m / f for m, f in runs[i]) for i in at]

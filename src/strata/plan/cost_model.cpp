@@ -177,12 +177,26 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // (Megatron's linear keeps only its shard), reduce-scatters their gradients and
   // gathers the rows' gradients; and the six replicated parameters (two norms' weight
   // and bias, two row biases) sum their gradients over the ranks' positions.
+  //
+  // Note [recompute's collectives]: full recompute replays a block's forward, and only
+  // the forward's collectives: two all-reduces, or under sequence parallelism two
+  // all-gathers and two reduce-scatters. Taken as half the block's collectives, it
+  // priced sequence-parallel layouts one all-gather and three small all-reduces too
+  // high per block and micro-batch: the debug GPT at tp=4, micro-batch 4, measured 136
+  // all-gathers, 104 reduce-scatters and 121 small all-reduces a step with full
+  // recompute (32, 32 and 0 more than without), 1.53-1.56 s in them where 1.88 was
+  // predicted; over five bench chains its sequence-parallel tp=4 layouts came out a
+  // median 15% over against the machine's speed at each run (-2% without sp).
   if (l.tp > 1) {
     const double bytes = N * d * elem;
-    c.block_tp_comm = l.sequence_parallel
-                          ? 6 * coll("all_gather", bytes) + 4 * coll("reduce_scatter", bytes) +
-                                6 * coll("all_reduce", d * 4)
-                          : 4 * coll("all_reduce", bytes);
+    if (l.sequence_parallel) {
+      const double gather = coll("all_gather", bytes), scatter = coll("reduce_scatter", bytes);
+      c.block_tp_comm = 6 * gather + 4 * scatter + 6 * coll("all_reduce", d * 4);
+      c.block_tp_forward = 2 * gather + 2 * scatter;
+    } else {
+      c.block_tp_comm = 4 * coll("all_reduce", bytes);
+      c.block_tp_forward = c.block_tp_comm / 2;
+    }
   }
   // The first stage: token and position lookups (BERT: types and a norm); backward
   // writes the tables' gradients (zeroed, then rows added).
@@ -210,15 +224,19 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // loss's three small all-reduces of a value per position.
   if (l.tp > 1) {
     const double bytes = N * d * elem;
-    const double small = coll("all_reduce", d * 4);
-    c.first_tp_comm = l.sequence_parallel ? coll("reduce_scatter", bytes) +
-                                                coll("all_gather", bytes) + small * (bert ? 3 : 1)
-                                          : coll("all_reduce", bytes);
-    c.last_tp_comm =
-        (l.sequence_parallel
-             ? coll("all_gather", bytes) + coll("reduce_scatter", bytes) + small * (bert ? 4 : 2)
-             : coll("all_reduce", bytes)) +
-        3 * coll("all_reduce", N * 4);
+    const double small = coll("all_reduce", d * 4), loss = 3 * coll("all_reduce", N * 4);
+    // Forward: the embedding's reduction (SP: its reduce-scatter), the head input's
+    // gather under SP (without SP its all-reduce is backward) and the loss's three.
+    if (l.sequence_parallel) {
+      c.first_tp_forward = coll("reduce_scatter", bytes);
+      c.first_tp_comm = c.first_tp_forward + coll("all_gather", bytes) + small * (bert ? 3 : 1);
+      c.last_tp_forward = coll("all_gather", bytes) + loss;
+      c.last_tp_comm = c.last_tp_forward + coll("reduce_scatter", bytes) + small * (bert ? 4 : 2);
+    } else {
+      c.first_tp_comm = c.first_tp_forward = coll("all_reduce", bytes);
+      c.last_tp_forward = loss;
+      c.last_tp_comm = loss + coll("all_reduce", bytes);
+    }
   }
   if (const auto it = o.part_scale.find(l.micro_batch); it != o.part_scale.end()) {
     const PartScale& k = it->second;
@@ -256,18 +274,25 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   std::vector<int64_t> blocks(1, s.n_layer);
   if (stages > 1) blocks = stage_partition(s, "auto", stages, l.pp_virtual);
   std::vector<double> fwd1(static_cast<size_t>(stages)), bwd1(fwd1.size()), rec1(fwd1.size()),
-      tpc(fwd1.size()), rtc(fwd1.size());
+      tpc(fwd1.size()), tpf(fwd1.size()), rtc(fwd1.size());
   for (int64_t v = 0; v < stages; ++v) {
     const auto nb = static_cast<double>(blocks[static_cast<size_t>(v)]);
-    double f = nb * c.block_forward, bw = nb * c.block_backward, comm = nb * c.block_tp_comm;
-    if (v == 0) f += c.first_forward, bw += c.first_backward, comm += c.first_tp_comm;
-    if (v == stages - 1) f += c.last_forward, bw += c.last_backward, comm += c.last_tp_comm;
+    double f = nb * c.block_forward, bw = nb * c.block_backward, comm = nb * c.block_tp_comm,
+           comm_f = nb * c.block_tp_forward;
+    if (v == 0)
+      f += c.first_forward, bw += c.first_backward, comm += c.first_tp_comm,
+          comm_f += c.first_tp_forward;
+    if (v == stages - 1)
+      f += c.last_forward, bw += c.last_backward, comm += c.last_tp_comm,
+          comm_f += c.last_tp_forward;
     fwd1[static_cast<size_t>(v)] = f;
     bwd1[static_cast<size_t>(v)] = bw;
     rec1[static_cast<size_t>(v)] = nb * c.block_recompute;
     tpc[static_cast<size_t>(v)] = comm;
-    // Full recompute replays the blocks' forward, its tensor-parallel collectives too.
-    rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_comm / 2 : 0;
+    tpf[static_cast<size_t>(v)] = comm_f;
+    // Full recompute replays the blocks' forward, its tensor-parallel collectives too
+    // (Note [recompute's collectives]).
+    rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_forward : 0;
   }
   // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
   const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
@@ -279,11 +304,11 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     const auto v = static_cast<size_t>(a.chunk * l.pp + rank);
     switch (a.type) {
       case ActionType::kForward:
-        return {fwd1[v], tpc[v] / 2};
+        return {fwd1[v], tpf[v]};
       case ActionType::kBackward:
-        return {bwd1[v] + rec1[v], tpc[v] / 2 + rtc[v]};
+        return {bwd1[v] + rec1[v], tpc[v] - tpf[v] + rtc[v]};
       case ActionType::kBackwardInput:
-        return {bwd1[v] / 2 + rec1[v], tpc[v] / 2 + rtc[v]};
+        return {bwd1[v] / 2 + rec1[v], tpc[v] - tpf[v] + rtc[v]};
       case ActionType::kBackwardWeight:
         return {bwd1[v] / 2, 0};
       case ActionType::kSendActivation:

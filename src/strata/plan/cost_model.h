@@ -64,11 +64,14 @@ struct CostOptions {
 };
 // One micro-batch's parts on one rank with the machine to itself (before the cores
 // are shared): a block, the first stage's embedding, the last stage's head and loss.
-// Forward and backward exclude tensor-parallel communication, given apart.
+// Forward and backward exclude tensor-parallel communication, given apart: each part's
+// collectives in all (*_tp_comm) and the forward's share of them (*_tp_forward), which
+// full recompute replays (Note [recompute's collectives]).
 struct PartCosts {
-  double block_forward = 0, block_backward = 0, block_recompute = 0, block_tp_comm = 0;
-  double first_forward = 0, first_backward = 0, first_tp_comm = 0;
-  double last_forward = 0, last_backward = 0, last_tp_comm = 0;
+  double block_forward = 0, block_backward = 0, block_recompute = 0, block_tp_comm = 0,
+         block_tp_forward = 0;
+  double first_forward = 0, first_backward = 0, first_tp_comm = 0, first_tp_forward = 0;
+  double last_forward = 0, last_backward = 0, last_tp_comm = 0, last_tp_forward = 0;
 };
 PartCosts predict_parts(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
                         const HardwareProfile& hw);
