@@ -87,17 +87,29 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_NEAR(tu.tp_comm_s, t.tp_comm_s, 1e-9);
   EXPECT_NEAR(tl.tp_comm_s - tu.tp_comm_s, 4 * (4 * 4 + 2 + 3) * 9e-5, 1e-9);
   // Note [tensor-parallel collectives in a run]: the profile's tp collective scale for
-  // that world multiplies them; a tp group as large as the world keeps its own fit.
+  // that world multiplies the activations' all-reduces (Note [tensor-parallel
+  // collectives beside a pipeline]), not the loss's small ones; a tp group as large as
+  // the world keeps its own fit.
+  const CostOptions o16{"fp32", 16, 0.5};
+  const double ar_l = loaded.collective_seconds("all_reduce", 2, 2.0 * 128 * 256 * 4, 0, 4);
+  const double small_l = loaded.collective_seconds("all_reduce", 2, 2.0 * 128 * 4, 0, 4);
+  EXPECT_NEAR(tl.tp_comm_s, 4 * (18 * ar_l + 3 * small_l), 1e-12);
   loaded.tp_collective_scale[4] = {{1e3, 0.4}};
-  EXPECT_NEAR(predict_step(s, layout(2, 2, 1, 2, "1f1b"), {"fp32", 16, 0.5}, loaded).tp_comm_s,
-              0.4 * tl.tp_comm_s, 1e-12);
-  // A pipeline's tp pairs keep the fits as timed (the factors are a dp x tp world's).
+  EXPECT_NEAR(predict_step(s, layout(2, 2, 1, 2, "1f1b"), o16, loaded).tp_comm_s,
+              4 * (18 * 0.4 * ar_l + 3 * small_l), 1e-12);
+  // A pipeline's tp pairs take the factor too, never below the fit.
   HardwareProfile unscaled_loaded = loaded;
   unscaled_loaded.tp_collective_scale.clear();
-  EXPECT_NEAR(
-      predict_step(s, layout(1, 2, 2, 2, "1f1b"), {"fp32", 16, 0.5}, loaded).tp_comm_s,
-      predict_step(s, layout(1, 2, 2, 2, "1f1b"), {"fp32", 16, 0.5}, unscaled_loaded).tp_comm_s,
-      1e-12);
+  const double pipelined =
+      predict_step(s, layout(1, 2, 2, 2, "1f1b"), o16, unscaled_loaded).tp_comm_s;
+  EXPECT_NEAR(predict_step(s, layout(1, 2, 2, 2, "1f1b"), o16, loaded).tp_comm_s, pipelined, 1e-12);
+  HardwareProfile slow_pairs = loaded;
+  slow_pairs.tp_collective_scale[4] = {{1e3, 1.5}};
+  // The busiest stage's share: its blocks' all-reduces and its end's, at 1.5x; the
+  // loss's three small ones (on the last stage) as fitted.
+  const double piped_slow = predict_step(s, layout(1, 2, 2, 2, "1f1b"), o16, slow_pairs).tp_comm_s;
+  EXPECT_GT(piped_slow, 1.3 * pipelined);
+  EXPECT_LT(piped_slow, 1.5 * pipelined + 1e-12);
   loaded.tp_collective_scale[2] = {{1e3, 0.4}};
   EXPECT_NEAR(predict_step(s, layout(1, 2, 1, 2, "1f1b"), o, loaded).tp_comm_s, t.tp_comm_s, 1e-12);
   // Sequence parallel: per block 6 all-gathers, 4 reduce-scatters and 6 small
@@ -111,6 +123,28 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_NEAR(u.tp_comm_s,
               4 * (4 * (6 * ag + 4 * rs + 6 * param) + 2 * (ag + rs) + 3 * param + 3 * small),
               1e-9);
+  // Its gathers and scatters do not take a factor above one in a dp x tp world
+  // (Note [tensor-parallel collectives beside a pipeline]).
+  Layout sp4 = layout(2, 2, 1, 2, "1f1b");
+  sp4.sequence_parallel = true;
+  HardwareProfile loaded_sp = unscaled_loaded;
+  loaded_sp.loaded_collectives["all_gather"][4][2] = {1e-4, 1e9};
+  loaded_sp.loaded_collectives["reduce_scatter"][4][2] = {1e-4, 1e9};
+  const double sp_fitted = predict_step(s, sp4, o16, loaded_sp).tp_comm_s;
+  loaded_sp.tp_collective_scale[4] = {{1e3, 2.0}};
+  EXPECT_NEAR(predict_step(s, sp4, o16, loaded_sp).tp_comm_s, sp_fitted, 1e-12);
+  EXPECT_GT(predict_step(s, layout(2, 2, 1, 2, "1f1b"), o16, loaded_sp).tp_comm_s,
+            1.9 * tl.tp_comm_s);
+  // A factor below one they take (the small messages' lock-step latency the fits
+  // over-count), and a pipeline's pair does not.
+  loaded_sp.tp_collective_scale[4] = {{1e3, 0.5}};
+  EXPECT_NEAR(predict_step(s, sp4, o16, loaded_sp).tp_comm_s, 0.5 * sp_fitted, 1e-12);
+  Layout sp_piped = layout(1, 2, 2, 2, "1f1b");
+  sp_piped.sequence_parallel = true;
+  HardwareProfile loaded_sp_unscaled = loaded_sp;
+  loaded_sp_unscaled.tp_collective_scale.clear();
+  EXPECT_NEAR(predict_step(s, sp_piped, o16, loaded_sp).tp_comm_s,
+              predict_step(s, sp_piped, o16, loaded_sp_unscaled).tp_comm_s, 1e-12);
   // Full recompute replays the forward's collectives only (Note [recompute's
   // collectives]): per block 2 all-reduces, or under SP 2 all-gathers and 2
   // reduce-scatters (none of the replicated parameters' all-reduces, which are

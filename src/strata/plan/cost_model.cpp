@@ -111,17 +111,40 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // the data-parallel 1.46), and the d384 GPT's dp x tp layouts, with 4x the compute
   // between collectives, came out 30-52% over; fitting a factor and the stretch to both
   // runs' steps gave factors of 0.54, 0.58 and 0.19 in three calibrations within an
-  // hour. The factors are measured with dp replicas beside the pair, and only dp x tp
-  // layouts take them: with them, pp=2 x tp=2 layouts at micro-batch 1 came out 22-34%
-  // under in the debug and bert-debug 4-rank rows (a pipeline's other pair runs other
-  // work, or idles in the bubble), where the fits as timed had priced them within -11%
-  // to +13% over four chains. A tp group as large as the world is priced by the world's
-  // own fit, which runs matched (4.96-5.0 ms per call measured against 5.25 predicted at
-  // tp=4), and keeps it.
+  // hour. A tp group as large as the world is priced by the world's own fit, which runs
+  // matched (4.96-5.0 ms per call measured against 5.25 predicted at tp=4), and keeps
+  // it.
+  //
+  // Note [tensor-parallel collectives beside a pipeline]: the factors are measured on
+  // the activations' all-reduces, which follow a block's long stretches of compute; a
+  // factor above one is the waits those leave, and only those all-reduces take it.
+  // Sequence parallelism's all-gathers and reduce-scatters, which mostly follow a
+  // shard's norm, ran at or below the fits in a dp=2 x tp=2 run (0.86x and 0.57x at
+  // 197 KB, the norms' small all-reduces 0.44x) where the same run's all-reduces without
+  // it paid 2.0-2.5x; with the factors on them the debug GPT's dp x tp sp layouts had
+  // come out up to 36% over. At micro-batch 1 they ran at 0.5-0.7x (49 KB), as the
+  // all-reduces' factor there (0.70x) says, and without it such a layout came out 32%
+  // over: so they take a factor below one. A pipeline's pair (pp=2 x tp=2) takes the
+  // all-reduces' factor too, never below the fit: its other pair computes beside it
+  // (1F1B's steady state), and its all-reduces measured 1.4-2.0x the fits at 49-379
+  // KB and its sp collectives 1.2-1.5x, never below, where a dp x tp pair measured
+  // 0.8-1.1x at micro-batch 1. Kept to the dp x tp layouts, the factors had left the
+  // 4-rank rows' pp x tp layouts 14-27% under in two bench chains; with factors below
+  // one on pipelines, before the floor, pp x tp layouts at micro-batch 1 had come out
+  // 22-34% under.
   auto coll = [&](const char* op, double bytes) {
-    const double scale =
-        l.tp < l.ranks() && l.pp == 1 ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
-    return scale * hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
+    return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
+  };
+  auto activation_all_reduce = [&](double bytes) {
+    double scale = l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
+    if (l.pp > 1) scale = std::max(scale, 1.0);
+    return scale * coll("all_reduce", bytes);
+  };
+  auto sp_coll = [&](const char* op, double bytes) {
+    const double scale = l.tp < l.ranks() && l.pp == 1
+                             ? std::min(hw.tp_collective_scale_for(l.ranks(), bytes), 1.0)
+                             : 1.0;
+    return scale * coll(op, bytes);
   };
   PartCosts c;
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run
@@ -190,11 +213,12 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   if (l.tp > 1) {
     const double bytes = N * d * elem;
     if (l.sequence_parallel) {
-      const double gather = coll("all_gather", bytes), scatter = coll("reduce_scatter", bytes);
-      c.block_tp_comm = 6 * gather + 4 * scatter + 6 * coll("all_reduce", d * 4);
+      const double gather = sp_coll("all_gather", bytes),
+                   scatter = sp_coll("reduce_scatter", bytes);
+      c.block_tp_comm = 6 * gather + 4 * scatter + 6 * sp_coll("all_reduce", d * 4);
       c.block_tp_forward = 2 * gather + 2 * scatter;
     } else {
-      c.block_tp_comm = 4 * coll("all_reduce", bytes);
+      c.block_tp_comm = 4 * activation_all_reduce(bytes);
       c.block_tp_forward = c.block_tp_comm / 2;
     }
   }
@@ -224,18 +248,22 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // loss's three small all-reduces of a value per position.
   if (l.tp > 1) {
     const double bytes = N * d * elem;
-    const double small = coll("all_reduce", d * 4), loss = 3 * coll("all_reduce", N * 4);
+    auto end_coll = [&](const char* op, double b) {
+      return l.sequence_parallel ? sp_coll(op, b) : coll(op, b);
+    };
+    const double small = end_coll("all_reduce", d * 4), loss = 3 * end_coll("all_reduce", N * 4);
     // Forward: the embedding's reduction (SP: its reduce-scatter), the head input's
     // gather under SP (without SP its all-reduce is backward) and the loss's three.
     if (l.sequence_parallel) {
-      c.first_tp_forward = coll("reduce_scatter", bytes);
-      c.first_tp_comm = c.first_tp_forward + coll("all_gather", bytes) + small * (bert ? 3 : 1);
-      c.last_tp_forward = coll("all_gather", bytes) + loss;
-      c.last_tp_comm = c.last_tp_forward + coll("reduce_scatter", bytes) + small * (bert ? 4 : 2);
+      c.first_tp_forward = sp_coll("reduce_scatter", bytes);
+      c.first_tp_comm = c.first_tp_forward + sp_coll("all_gather", bytes) + small * (bert ? 3 : 1);
+      c.last_tp_forward = sp_coll("all_gather", bytes) + loss;
+      c.last_tp_comm =
+          c.last_tp_forward + sp_coll("reduce_scatter", bytes) + small * (bert ? 4 : 2);
     } else {
-      c.first_tp_comm = c.first_tp_forward = coll("all_reduce", bytes);
+      c.first_tp_comm = c.first_tp_forward = activation_all_reduce(bytes);
       c.last_tp_forward = loss;
-      c.last_tp_comm = loss + coll("all_reduce", bytes);
+      c.last_tp_comm = loss + activation_all_reduce(bytes);
     }
   }
   if (const auto it = o.part_scale.find(l.micro_batch); it != o.part_scale.end()) {
