@@ -135,16 +135,15 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   auto coll = [&](const char* op, double bytes) {
     return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
+  auto factor = [&](double bytes) {
+    return l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
+  };
   auto activation_all_reduce = [&](double bytes) {
-    double scale = l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
-    if (l.pp > 1) scale = std::max(scale, 1.0);
-    return scale * coll("all_reduce", bytes);
+    const double f = factor(bytes);
+    return (l.pp > 1 ? std::max(f, 1.0) : f) * coll("all_reduce", bytes);
   };
   auto sp_coll = [&](const char* op, double bytes) {
-    const double scale = l.tp < l.ranks() && l.pp == 1
-                             ? std::min(hw.tp_collective_scale_for(l.ranks(), bytes), 1.0)
-                             : 1.0;
-    return scale * coll(op, bytes);
+    return (l.pp == 1 ? std::min(factor(bytes), 1.0) : 1.0) * coll(op, bytes);
   };
   PartCosts c;
   // A linear's forward and backward: the profile's linear-layer curve (thin shapes run
@@ -248,19 +247,17 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // loss's three small all-reduces of a value per position.
   if (l.tp > 1) {
     const double bytes = N * d * elem;
-    auto end_coll = [&](const char* op, double b) {
-      return l.sequence_parallel ? sp_coll(op, b) : coll(op, b);
-    };
-    const double small = end_coll("all_reduce", d * 4), loss = 3 * end_coll("all_reduce", N * 4);
     // Forward: the embedding's reduction (SP: its reduce-scatter), the head input's
     // gather under SP (without SP its all-reduce is backward) and the loss's three.
     if (l.sequence_parallel) {
+      const double small = sp_coll("all_reduce", d * 4), loss = 3 * sp_coll("all_reduce", N * 4);
       c.first_tp_forward = sp_coll("reduce_scatter", bytes);
       c.first_tp_comm = c.first_tp_forward + sp_coll("all_gather", bytes) + small * (bert ? 3 : 1);
       c.last_tp_forward = sp_coll("all_gather", bytes) + loss;
       c.last_tp_comm =
           c.last_tp_forward + sp_coll("reduce_scatter", bytes) + small * (bert ? 4 : 2);
     } else {
+      const double loss = 3 * coll("all_reduce", N * 4);
       c.first_tp_comm = c.first_tp_forward = activation_all_reduce(bytes);
       c.last_tp_forward = loss;
       c.last_tp_comm = loss + activation_all_reduce(bytes);
