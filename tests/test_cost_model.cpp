@@ -333,6 +333,34 @@ TEST(CostModel, ZeroPaysAUnitsCollectivesAndItsCopies) {
               8 * ((5 + 3) * bytes + 2 * (bytes + blocks)) / 1e10, 1e-9);
 }
 
+TEST(CostModel, APipelinesZeroTwoReducesItsRootOnceAStep) {
+  // Note [a pipeline's ZeRO root]: on a pipeline ZeRO-2 reduces the stage's blocks
+  // every micro-batch and the root once, in finalize. On a link of pure latency over
+  // dp=2 x pp=2 and 4 micro-batches: 4 x 2 blocks' reductions (all-reduces, 2 latencies
+  // each on Gloo), the root's once, and the 3 units' gathers after the step.
+  const ModelSpec s = gpt(4, 1000);
+  const double latency = 1e-3;
+  HardwareProfile hw = flat(1e18, 0, latency);
+  hw.collectives["all_reduce"][2].latency_s = 2 * latency;
+  const CostOptions o{"fp32", 8, 0.0};
+  Layout l = layout(2, 1, 2, 1, "1f1b");
+  l.zero = 2;
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, (4 * 2 * 2 + 2 + 3) * latency, 1e-9);
+  // Its copies at dp=1 (memory 10 GB/s, free links): the 8 passes of a reduction over
+  // the blocks every micro-batch (8 of them) and over the rest of the stage once, and
+  // the 4 after the step over all of it.
+  hw = flat(1e18, 1e10, 0);
+  const ParameterCount pc = count_parameters(s);
+  const double stage = static_cast<double>(pc.trainable) * 4 / 2;
+  const double blocks = static_cast<double>(pc.per_block) * 4 * 2;
+  Layout one = layout(1, 1, 2, 1, "1f1b");
+  one.zero = 2;
+  const double copies = predict_step(s, one, o, hw).dp_exposed_s;
+  EXPECT_NEAR(copies, (8 * (8 * blocks) + 8 * (stage - blocks) + 4 * stage) / 1e10, 1e-9);
+  // Without a pipeline every reduction covers all of the parameters.
+  EXPECT_LT(copies, (8 * 8 + 4) * stage / 1e10);
+}
+
 namespace {
 // Megatron-LM's throughput per GPU (Narayanan et al. 2021, eq. 3): FLOPs of a step
 // with full recompute (4 passes) over the step time and the GPUs.
