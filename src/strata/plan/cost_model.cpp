@@ -445,9 +445,10 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // step, in finalize, after the tied embeddings' exchange (Note [pipeline tied
   // gradients under ZeRO]), so ZeRO-2's reductions and their copies every micro-batch
   // cover the stage's blocks only. Priced on all of the stage's parameters every
-  // micro-batch, the debug GPT's pp=2 ZeRO-2 layouts at micro-batch 1 (16 a step) came
-  // out 35-37% over their runs, which measured ZeRO-2 there within their noise of
-  // ZeRO-0 (236-256 against 228-270 ms, four runs each), where one rank pays 40 ms.
+  // micro-batch, the debug GPT's pp=2 1F1B ZeRO-2 layout at micro-batch 1 (16 a step)
+  // came out 35-37% over its runs: there ZeRO-2 ran within the noise of ZeRO-0 (four
+  // runs each: 228-270 ms against 236-256), while one rank without a pipeline pays
+  // about 40 ms for it (fastest of five: 208 against 168 ms). Now priced at 10 ms.
   const bool root_once = l.pp > 1 && l.zero == 2;
   if (l.dp > 1) {
     if (l.zero == 0) {
