@@ -464,23 +464,22 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       auto every_unit = [&](const char* op) {
         return blocks_here * dp_coll(op, unit) + dp_coll(op, root);
       };
-      const double reduce_units = every_unit(reduce);
       if (l.zero <= 2) {
         // Stage 1 reduces after the last micro-batch only, stage 2 after each (on a
         // pipeline its blocks only: Note [a pipeline's ZeRO root]); both gather the
         // updated shards unit by unit after the optimizer's step.
-        const double times = l.zero == 2 ? mb : 1.0;
+        const double times = l.zero == 2 ? mb : 1.0, root_times = root_once ? 1.0 : times;
         const double reduces =
-            root_once ? mb * blocks_here * dp_coll(reduce, unit) + dp_coll(reduce, root)
-                      : times * reduce_units;
+            times * blocks_here * dp_coll(reduce, unit) + root_times * dp_coll(reduce, root);
         p.dp_exposed_s = hidden(reduces, times * last_backward) + every_unit("all_gather");
       } else {
         // ZeRO-3: per block and micro-batch, gathers in forward and backward (a
         // recomputed forward's gather serves its backward) and a reduction, behind the
         // block's compute by prefetch; the root gathered before each micro-batch's
         // forward and reduced after its backward (Note [ZeRO]).
-        const double comm = mb * (reduce_units + 2 * blocks_here * dp_coll("all_gather", unit) +
-                                  dp_coll("all_gather", root));
+        const double comm =
+            mb * (every_unit(reduce) + 2 * blocks_here * dp_coll("all_gather", unit) +
+                  dp_coll("all_gather", root));
         p.dp_exposed_s = hidden(comm, p.compute_s);
       }
     }
@@ -498,17 +497,19 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     // these passes price them at 66 and 85 ms.
     const double bytes = params * elem, shard_bytes = bytes / dp;
     const double gather = l.dp == 1 ? 2 * bytes : 0;  // Comm's group-of-one copy
+    const double block_bytes = std::min(blocks_here * unit, bytes);
+    // One reduction's passes over `b` of the stage's gradient bytes.
+    auto reduction = [&](double b) { return 5 * b + 3 * b / dp; };
     double traffic = 0;
     if (l.zero == 1) {
       traffic = 2 * bytes + 2 * shard_bytes + 2 * shard_bytes + gather;
     } else if (l.zero == 2) {
       // Reduced every micro-batch: the stage's blocks on a pipeline, else everything.
-      const double every = root_once ? std::min(blocks_here * unit, bytes) / bytes : 1.0;
-      const double per_reduction = 5 * bytes + 3 * shard_bytes;
-      traffic = (mb * every + (1 - every)) * per_reduction + 2 * shard_bytes + gather;
+      const double each = root_once ? block_bytes : bytes;
+      traffic = mb * reduction(each) + reduction(bytes - each) + 2 * shard_bytes + gather;
     } else {
-      const double blocks_share = std::min(blocks_here * unit / std::max(bytes, 1e-30), 1.0);
-      traffic = mb * (5 * bytes + 3 * shard_bytes + gather * (1 + blocks_share));
+      const double blocks_share = block_bytes / std::max(bytes, 1e-30);
+      traffic = mb * (reduction(bytes) + gather * (1 + blocks_share));
     }
     p.dp_exposed_s += slowdown * elementwise_seconds(hw, traffic);
   }
