@@ -158,7 +158,8 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   // reduced once (on Gloo by all-reduce), and the root (embeddings, norms, head)
   // gathered and reduced once, as the trainer's counters show (Note [ZeRO]); and the
   // copies around the reductions, 5 passes over the flat buffers and 3 over the
-  // shards (Note [ZeRO's copies]).
+  // shards (Note [ZeRO's copies]); and the gradient norm's scalar over dp (Note [a
+  // step's small collectives]).
   Layout z3 = layout(2, 1, 1, 2, "1f1b");
   z3.zero = 3;
   const StepPrediction z = predict_step(s, z3, {"fp32", 8, 0.0}, hw);
@@ -171,7 +172,8 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
                         hw.collective_seconds("all_reduce", 2, unit)) +
                    hw.collective_seconds("all_gather", 2, root) +
                    hw.collective_seconds("all_reduce", 2, root)) +
-                  2 * (5 * bytes + 3 * bytes / 2) / 1e10,
+                  2 * (5 * bytes + 3 * bytes / 2) / 1e10 +
+                  hw.collective_seconds("all_reduce", 2, 8),
               1e-9);
 }
 
@@ -313,9 +315,10 @@ TEST(CostModel, ZeroPaysAUnitsCollectivesAndItsCopies) {
   const CostOptions o{"fp32", 8, 0.0};
   Layout l = layout(2, 1, 1, 1, "1f1b");
   l.zero = 2;
-  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, 4 * 5 * 2 * latency + 5 * latency, 1e-9);
+  // Both also sum the gradient norm over dp (Note [a step's small collectives]).
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, (4 * 5 * 2 + 5 + 2) * latency, 1e-9);
   l.zero = 1;
-  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, 5 * 2 * latency + 5 * latency, 1e-9);
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, (5 * 2 + 5 + 2) * latency, 1e-9);
   // Note [ZeRO's copies]: with memory 10 GB/s and free links, ZeRO-2 on one rank (a
   // group of one) pays 8 passes over the gradients per micro-batch (5 over the flat
   // buffer, 3 over the shard: all of it here) and 4 after the step; plain training none.
@@ -345,7 +348,11 @@ TEST(CostModel, APipelinesZeroTwoReducesItsRootOnceAStep) {
   const CostOptions o{"fp32", 8, 0.0};
   Layout l = layout(2, 1, 2, 1, "1f1b");
   l.zero = 2;
-  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, (4 * 2 * 2 + 2 + 3) * latency, 1e-9);
+  // (and the tied embedding's exchange: two transfers, Note [the tied exchange's time]).
+  // The step's scalars (Note [a step's small collectives]): the norm over pp and over
+  // dp, the loss's broadcast over pp, all-reduces of 2 latencies.
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, (4 * 2 * 2 + 2 + 3 + 2 + 3 * 2) * latency,
+              1e-9);
   // Its copies at dp=1 (memory 10 GB/s, free links): the 8 passes of a reduction over
   // the blocks every micro-batch (8 of them) and over the rest of the stage once, and
   // the 4 after the step over all of it.
@@ -355,10 +362,41 @@ TEST(CostModel, APipelinesZeroTwoReducesItsRootOnceAStep) {
   const double blocks = static_cast<double>(pc.per_block) * 4 * 2;
   Layout one = layout(1, 1, 2, 1, "1f1b");
   one.zero = 2;
-  const double copies = predict_step(s, one, o, hw).dp_exposed_s;
+  const double tied = static_cast<double>(pc.tied_copy) * 4;
+  const double copies = predict_step(s, one, o, hw).dp_exposed_s - 5 * tied / 1e10;
   EXPECT_NEAR(copies, (8 * (8 * blocks) + 8 * (stage - blocks) + 4 * stage) / 1e10, 1e-9);
   // Without a pipeline every reduction covers all of the parameters.
   EXPECT_LT(copies, (8 * 8 + 4) * stage / 1e10);
+}
+
+TEST(CostModel, APipelinesTiedExchangeAndAStepsScalarsAreExposed) {
+  // Note [the tied exchange's time]: a pipeline's two ends swap their tied embedding's
+  // gradients once a step with nothing to hide it behind: two transfers of the tied
+  // weight (1000 x 256 floats) and 5 passes over it (the copy and the add).
+  const ModelSpec s = gpt(4, 1000);
+  const double bytes = 1000.0 * 256 * 4, latency = 1e-3;
+  const CostOptions o{"fp32", 8, 0.0};
+  const HardwareProfile hw = flat(1e9, 1e10, latency);
+  auto exposed = [&](const ModelSpec& spec, Layout l) {
+    return predict_step(spec, l, o, hw).dp_exposed_s;
+  };
+  ModelSpec untied = s;
+  untied.tied_embedding = false;
+  const Layout pp2 = layout(1, 1, 2, 1, "1f1b");
+  EXPECT_NEAR(exposed(s, pp2) - exposed(untied, pp2),
+              2 * (latency + bytes / 1e9) + 5 * bytes / 1e10, 1e-12);
+  // Note [a step's small collectives]: one scalar reduction over each axis whose ranks
+  // hold different gradients, and the pipeline's loss broadcast: 2 on the untied
+  // pipeline, 1 for tp=2 (a pipeline's and tp's collectives are free on this link but
+  // for their latencies), none for one rank.
+  const double scalar = latency + 8 / 1e9;
+  EXPECT_NEAR(exposed(untied, pp2), 2 * scalar, 1e-12);
+  EXPECT_NEAR(exposed(s, layout(1, 2, 1, 1, "1f1b")), scalar, 1e-12);
+  EXPECT_EQ(exposed(s, layout(1, 1, 1, 1, "1f1b")), 0);
+  // DDP pays its gradients' all-reduce alone: the loss's mean over dp is in the
+  // calibration's step scale (ZeRO's scalar: ZeroPaysAUnitsCollectivesAndItsCopies).
+  const double grads = static_cast<double>(count_parameters(s).trainable) * 4;
+  EXPECT_NEAR(exposed(s, layout(2, 1, 1, 1, "1f1b")), latency + grads / 1e9, 1e-12);
 }
 
 namespace {
@@ -451,6 +489,24 @@ TEST(CostModel, PartScalesAreMeasuredOverPredictedOverTheReferences) {
   k = part_scale_of(m, p, 1.0);
   EXPECT_EQ(k.block, 4.0);
   EXPECT_EQ(k.first, 1.0);
+}
+
+TEST(CostModel, PartsAreTimedOverTheReferenceRoundByRound) {
+  // Note [parts timed per round]: the machine runs at 1x, 1x, 1x, 3x and 3x its speed
+  // over five rounds; a part takes half the reference's time, but 1.4x that in the
+  // first two rounds (its own noise). Per round the ratio's median is 0.5; the medians
+  // taken first (1.4 over 2) would say 0.7.
+  const std::vector<double> reference = {2, 2, 2, 6, 6};
+  PartRounds rounds;
+  rounds[0] = {1.4, 1.4, 1, 3, 3};
+  rounds[1] = {1, 1, 1, 3, 3};          // half of it in every round
+  rounds[2] = {0.5, 0.5, 0.5, 9, 1.5};  // a quarter, with one slow outlier
+  const auto t = medians_per_round(rounds, reference);
+  EXPECT_DOUBLE_EQ(t[0], 0.5);
+  EXPECT_DOUBLE_EQ(t[1], 0.5);
+  EXPECT_DOUBLE_EQ(t[2], 0.25);
+  rounds[0].pop_back();  // rounds that do not pair with the reference's
+  EXPECT_THROW(medians_per_round(rounds, reference), std::exception);
 }
 
 TEST(CostModel, MeasuredPartsPriceTheReferenceModelAsItsKernelsDo) {

@@ -513,6 +513,31 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     }
     p.dp_exposed_s += slowdown * elementwise_seconds(hw, traffic);
   }
+  // Note [the tied exchange's time]: a pipeline's two ends sum their tied embedding's
+  // gradients once a step, after both have run their last backward
+  // (PipelineGradSync::exchange_tied): each copies its .grad, sends the copy and
+  // receives the other's at once, then adds it in. Nothing computes beside it, so all of
+  // it is exposed: the two directions as two transfers (the ranks' copies share the
+  // cores) and the copy and the add (5 passes over the tied weight's gradient). It was
+  // unpriced: 3 MB each way for the debug GPT and BERT-debug, 12.6 MB for the d384 GPT.
+  if (l.pp > 1 && pc.tied_copy > 0) {
+    const double tied = static_cast<double>(pc.tied_copy) * elem;
+    p.dp_exposed_s +=
+        2 * hw.collective_seconds("send_recv", 2, tied, (l.pp - 1) * l.dp * l.tp + 1, l.ranks()) +
+        slowdown * elementwise_seconds(hw, 5 * tied);
+  }
+  // Note [a step's small collectives]: after its schedule a step sums the gradient
+  // norm's square over each axis whose ranks hold different gradients (pp; tp; dp under
+  // ZeRO) and, on a pipeline, broadcasts the loss from the last stage: one scalar each,
+  // so each costs its group's latency, with nothing to hide behind. The loss's mean over
+  // dp is left out: the calibration's reference (data-parallel, ZeRO-0) runs it, so its
+  // step scale carries it already.
+  auto scalar = [&](int64_t group, int64_t span) {
+    return hw.collective_seconds("all_reduce", group, 8, span, l.ranks());
+  };
+  if (l.pp > 1) p.dp_exposed_s += 2 * scalar(l.pp, (l.pp - 1) * l.dp * l.tp + 1);
+  if (l.tp > 1) p.dp_exposed_s += scalar(l.tp, l.tp);
+  if (l.zero > 0 && l.dp > 1) p.dp_exposed_s += scalar(l.dp, l.dp * l.tp);
   const double shard = l.zero > 0 ? params / dp : params;
   // AdamW's update (the profile's kernel, else its traffic: parameter, gradient and two
   // moments read, three written, plus the half copy with master weights), the gradient

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "strata/core/errors.h"
+#include "strata/core/stats.h"
 #include "strata/memory/process_memory.h"
 #include "strata/parallel/pipeline/profile.h"
 
@@ -100,6 +102,19 @@ auto transformer_shape(const ModelSpec& s) {
 }
 }  // namespace
 
+std::array<double, 3> medians_per_round(const PartRounds& rounds,
+                                        const std::vector<double>& reference) {
+  std::array<double, 3> out{};
+  for (size_t k = 0; k < 3; ++k) {
+    STRATA_CHECK(rounds[k].size() == reference.size(), "a part timed in ", rounds[k].size(),
+                 " rounds against a reference timed in ", reference.size());
+    std::vector<double> x(reference.size());
+    for (size_t r = 0; r < x.size(); ++r) x[r] = rounds[k][r] / std::max(reference[r], 1e-12);
+    out[k] = median(x);
+  }
+  return out;
+}
+
 bool can_measure_parts(const ModelSpec& spec, const CostOptions& o, const HardwareProfile& hw) {
   return hw.device == "cpu" && !hw.kernels.empty() && o.precision == "fp32" &&
          is_language_model(spec.family);
@@ -138,8 +153,26 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
   for (const StageCosts& c : profile_stage_costs(jobs, at::kCPU, 1)) round += round_of(times_of(c));
   const int repeats =
       static_cast<int>(std::clamp(kTimedSeconds / std::max(round, 1e-6), 5.0, 200.0));
-  const std::vector<StageCosts> timed = profile_stage_costs(jobs, at::kCPU, repeats);
-  const PartTimes rm = times_of(timed[ref_at]);
+  // Note [parts timed per round]: each round's times are taken over the reference
+  // model's whole in the same round before their medians, so that the machine's speed,
+  // which moves within seconds here, cancels round by round instead of only in the
+  // medians' ratio. With the medians taken first, six plans in a row of BERT-debug on 2
+  // ranks (a quiet machine) priced its dp=2 layout at micro-batch 2 at 81.9-88.9 ms and
+  // its pp=2 GPipe at 16 at 150.6-159.8; per round, 83.5-86.8 and 156.1-162.9 (beside a
+  // bench, the old way had moved its one-rank step from 148 to 174 ms between two plans).
+  const std::vector<PartRounds> rounds = time_part_rounds(jobs, at::kCPU, repeats);
+  const size_t n = rounds[ref_at][0].size();
+  std::vector<double> ref_whole(n);
+  for (size_t r = 0; r < n; ++r) {
+    const auto& t = rounds[ref_at];
+    ref_whole[r] = whole(ref, times_of(stage_costs_of(ref, {t[0][r], t[1][r], t[2][r]})));
+  }
+  std::vector<PartTimes> timed;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    timed.push_back(
+        times_of(stage_costs_of(jobs[j].first, medians_per_round(rounds[j], ref_whole))));
+  }
+  const PartTimes rm = timed[ref_at];
   const PartTimes rp = predicted_at(ref, kReferenceMicroBatch, o, hw);
   const double ref_ratio = whole(ref, rm) / whole(ref, rp);
   // A bounded part (an embedding timed as nothing under load) leaves the reference's
@@ -149,7 +182,7 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
   const double norm =
       whole(ref, {rk.block * rp.block, rk.first * rp.first, rk.last * rp.last}) / whole(ref, rp);
   for (size_t i = 0; i < timed_mbs.size(); ++i) {
-    PartScale k = scale_of(times_of(timed[i]), predicted_at(spec, timed_mbs[i], o, hw), ref_ratio);
+    PartScale k = scale_of(timed[i], predicted_at(spec, timed_mbs[i], o, hw), ref_ratio);
     k.block /= norm, k.first /= norm, k.last /= norm;
     out.scale[timed_mbs[i]] = k;
   }

@@ -1,4 +1,5 @@
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -6,6 +7,7 @@
 
 #include "strata/models/flavours.h"
 #include "strata/parallel/pipeline/partition.h"
+#include "strata/parallel/pipeline/profile.h"
 #include "strata/plan/cost_model.h"
 #include "strata/plan/profile.h"
 
@@ -18,6 +20,10 @@ inline constexpr int64_t kReferenceMicroBatch = 4;
 // Whether spec's parts can be timed here for hw: a calibrated CPU profile (this
 // machine's, which the timing assumes), a transformer and fp32 (the parts are built in
 // fp32).
+// Each part's median over the rounds of its time over the reference's in the same
+// round (Note [parts timed per round]).
+std::array<double, 3> medians_per_round(const PartRounds& rounds,
+                                        const std::vector<double>& reference);
 bool can_measure_parts(const ModelSpec& spec, const CostOptions& o, const HardwareProfile& hw);
 
 // Times spec's block, embedding and head at each micro-batch on this machine (hw's

@@ -48,8 +48,8 @@ class TimedPart {
 };
 }  // namespace
 
-std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& models,
-                                            at::Device device, int repeats) {
+std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
+                                         int repeats) {
   STRATA_CHECK(repeats >= 1, "profile repeats must be at least 1");
   std::vector<TimedPart> parts;
   for (const auto& [spec, micro_batch] : models) {
@@ -63,22 +63,32 @@ std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& mode
   }
   // Round-robin, so that a change of load while profiling (other processes on the
   // machine) shifts all parts alike rather than one difference. Pass 0 warms up.
-  std::vector<std::vector<double>> times(parts.size());
+  std::vector<PartRounds> out(models.size());
   for (int i = 0; i <= repeats; ++i)
     for (size_t p = 0; p < parts.size(); ++p) {
       const double t = parts[p].once();
-      if (i > 0) times[p].push_back(t);
+      if (i > 0) out[p / 3][p % 3].push_back(t);
     }
+  return out;
+}
+
+StageCosts stage_costs_of(const ModelSpec& spec, const std::array<double, 3>& t) {
+  const double block = std::max(t[0], 1e-9);
+  StageCosts c;
+  c.block.assign(static_cast<size_t>(spec.n_layer), block);
+  // Noise can still make a difference negative; an end part costs at least nothing.
+  c.first = std::max(t[1] - block, 0.0);
+  c.last = std::max(t[2] - block, 0.0);
+  return c;
+}
+
+std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& models,
+                                            at::Device device, int repeats) {
+  const std::vector<PartRounds> rounds = time_part_rounds(models, device, repeats);
   std::vector<StageCosts> out;
-  for (size_t m = 0; m < models.size(); ++m) {
-    const double block = std::max(median(times[3 * m]), 1e-9);
-    StageCosts c;
-    c.block.assign(static_cast<size_t>(models[m].first.n_layer), block);
-    // Noise can still make a difference negative; an end part costs at least nothing.
-    c.first = std::max(median(times[3 * m + 1]) - block, 0.0);
-    c.last = std::max(median(times[3 * m + 2]) - block, 0.0);
-    out.push_back(std::move(c));
-  }
+  for (size_t m = 0; m < models.size(); ++m)
+    out.push_back(stage_costs_of(
+        models[m].first, {median(rounds[m][0]), median(rounds[m][1]), median(rounds[m][2])}));
   return out;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 #include <ATen/Device.h>
 
+#include <array>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -26,5 +28,12 @@ StageCosts profile_stage_costs(const ModelSpec& spec, int64_t micro_batch, at::D
 using PartsToTime = std::pair<ModelSpec, int64_t>;  // a model and its micro-batch
 std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& models,
                                             at::Device device, int repeats);
+// The same timing's raw rounds: per model, each part's (a block; a block and the
+// embedding; a block, the head and loss) time in every round after the warm-up.
+using PartRounds = std::array<std::vector<double>, 3>;
+std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
+                                         int repeats);
+// A model's stage costs from one time of each part (the ends less the block).
+StageCosts stage_costs_of(const ModelSpec& spec, const std::array<double, 3>& times);
 
 }  // namespace strata
