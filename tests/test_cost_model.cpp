@@ -348,9 +348,9 @@ TEST(CostModel, APipelinesZeroTwoReducesItsRootOnceAStep) {
   const CostOptions o{"fp32", 8, 0.0};
   Layout l = layout(2, 1, 2, 1, "1f1b");
   l.zero = 2;
-  // (and the tied embedding's exchange: two transfers, Note [the tied exchange's time]).
-  // The step's scalars (Note [a step's small collectives]): the norm over pp and over
-  // dp, the loss's broadcast over pp, all-reduces of 2 latencies.
+  // Then the tied embedding's exchange, two transfers (Note [the tied exchange's
+  // time]), and the step's scalars (Note [a step's small collectives]): the norm over pp
+  // and over dp and the loss's broadcast over pp, all-reduces of 2 latencies each.
   EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, (4 * 2 * 2 + 2 + 3 + 2 + 3 * 2) * latency,
               1e-9);
   // Its copies at dp=1 (memory 10 GB/s, free links): the 8 passes of a reduction over

@@ -520,11 +520,11 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // it is exposed: the two directions as two transfers (the ranks' copies share the
   // cores) and the copy and the add (5 passes over the tied weight's gradient). It was
   // unpriced: 3 MB each way for the debug GPT and BERT-debug, 12.6 MB for the d384 GPT.
+  const int64_t ends_span = (l.pp - 1) * l.dp * l.tp + 1;  // first to last stage (Note [rank grid])
   if (l.pp > 1 && pc.tied_copy > 0) {
     const double tied = static_cast<double>(pc.tied_copy) * elem;
-    p.dp_exposed_s +=
-        2 * hw.collective_seconds("send_recv", 2, tied, (l.pp - 1) * l.dp * l.tp + 1, l.ranks()) +
-        slowdown * elementwise_seconds(hw, 5 * tied);
+    p.dp_exposed_s += 2 * hw.collective_seconds("send_recv", 2, tied, ends_span, l.ranks()) +
+                      slowdown * elementwise_seconds(hw, 5 * tied);
   }
   // Note [a step's small collectives]: after its schedule a step sums the gradient
   // norm's square over each axis whose ranks hold different gradients (pp; tp; dp under
@@ -535,7 +535,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   auto scalar = [&](int64_t group, int64_t span) {
     return hw.collective_seconds("all_reduce", group, 8, span, l.ranks());
   };
-  if (l.pp > 1) p.dp_exposed_s += 2 * scalar(l.pp, (l.pp - 1) * l.dp * l.tp + 1);
+  if (l.pp > 1) p.dp_exposed_s += 2 * scalar(l.pp, ends_span);
   if (l.tp > 1) p.dp_exposed_s += scalar(l.tp, l.tp);
   if (l.zero > 0 && l.dp > 1) p.dp_exposed_s += scalar(l.dp, l.dp * l.tp);
   const double shard = l.zero > 0 ? params / dp : params;

@@ -162,16 +162,14 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
   // bench, the old way had moved its one-rank step from 148 to 174 ms between two plans).
   const std::vector<PartRounds> rounds = time_part_rounds(jobs, at::kCPU, repeats);
   const size_t n = rounds[ref_at][0].size();
+  const PartRounds& rt = rounds[ref_at];
   std::vector<double> ref_whole(n);
-  for (size_t r = 0; r < n; ++r) {
-    const auto& t = rounds[ref_at];
-    ref_whole[r] = whole(ref, times_of(stage_costs_of(ref, {t[0][r], t[1][r], t[2][r]})));
-  }
+  for (size_t r = 0; r < n; ++r)
+    ref_whole[r] = whole(ref, times_of(stage_costs_of(ref, {rt[0][r], rt[1][r], rt[2][r]})));
   std::vector<PartTimes> timed;
-  for (size_t j = 0; j < jobs.size(); ++j) {
+  for (size_t j = 0; j < jobs.size(); ++j)
     timed.push_back(
         times_of(stage_costs_of(jobs[j].first, medians_per_round(rounds[j], ref_whole))));
-  }
   const PartTimes rm = timed[ref_at];
   const PartTimes rp = predicted_at(ref, kReferenceMicroBatch, o, hw);
   const double ref_ratio = whole(ref, rm) / whole(ref, rp);

@@ -17,13 +17,14 @@ namespace strata {
 // parallel, this many sequences per micro-batch.
 inline constexpr int64_t kReferenceMicroBatch = 4;
 
-// Whether spec's parts can be timed here for hw: a calibrated CPU profile (this
-// machine's, which the timing assumes), a transformer and fp32 (the parts are built in
-// fp32).
 // Each part's median over the rounds of its time over the reference's in the same
 // round (Note [parts timed per round]).
 std::array<double, 3> medians_per_round(const PartRounds& rounds,
                                         const std::vector<double>& reference);
+
+// Whether spec's parts can be timed here for hw: a calibrated CPU profile (this
+// machine's, which the timing assumes), a transformer and fp32 (the parts are built in
+// fp32).
 bool can_measure_parts(const ModelSpec& spec, const CostOptions& o, const HardwareProfile& hw);
 
 // Times spec's block, embedding and head at each micro-batch on this machine (hw's

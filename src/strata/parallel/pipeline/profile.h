@@ -2,7 +2,6 @@
 #include <ATen/Device.h>
 
 #include <array>
-
 #include <cstdint>
 #include <utility>
 #include <vector>
