@@ -62,14 +62,35 @@ std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models,
     parts.emplace_back(one, StageInfo{0, 1, false, true}, micro_batch, device);   // + head, loss
   }
   // Round-robin, so that a change of load while profiling (other processes on the
-  // machine) shifts all parts alike rather than one difference. Pass 0 warms up.
+  // machine) shifts all parts alike rather than one difference.
+  //
+  // Note [a part timed warm]: each part runs once untimed right before its timed run.
+  // A trainer runs the same shapes micro-batch after micro-batch, so its weights,
+  // gradients and freed blocks are at hand; timed straight after another part (a
+  // larger micro-batch's head, say), a small part paid for fetching them again. The
+  // debug GPT's block at micro-batch 1 timed 2.07 ms in the round-robin and 1.45 ms
+  // timed alone, and `strata plan` priced its dp=2 layouts at micro-batch 1 20-25%
+  // over their runs (one rank, 8 sequences a step, ran 103, 105 and 111 ms a step at
+  // micro-batches 1, 2 and 4: no dearer at 1). Warm, its block at micro-batch 1 timed
+  // 0.99-1.00x the reference's rate in three plans in a row (1.20x before), and those
+  // layouts priced within 16% (chain c19).
   std::vector<PartRounds> out(models.size());
-  for (int i = 0; i <= repeats; ++i)
-    for (size_t p = 0; p < parts.size(); ++p) {
-      const double t = parts[p].once();
-      if (i > 0) out[p / 3][p % 3].push_back(t);
-    }
+  for (const PartRun& r : part_run_order(parts.size(), repeats)) {
+    const double t = parts[r.part].once();
+    if (r.timed) out[r.part / 3][r.part % 3].push_back(t);
+  }
   return out;
+}
+
+std::vector<PartRun> part_run_order(size_t parts, int repeats) {
+  std::vector<PartRun> order;
+  for (size_t p = 0; p < parts; ++p) order.push_back({p, false});
+  for (int i = 0; i < repeats; ++i)
+    for (size_t p = 0; p < parts; ++p) {
+      order.push_back({p, false});
+      order.push_back({p, true});
+    }
+  return order;
 }
 
 StageCosts stage_costs_of(const ModelSpec& spec, const std::array<double, 3>& t) {

@@ -32,6 +32,13 @@ std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& mode
 using PartRounds = std::array<std::vector<double>, 3>;
 std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
                                          int repeats);
+// The order the parts run in over `repeats` timed rounds: a warm-up pass, then every
+// round each part once untimed and at once timed (Note [a part timed warm]).
+struct PartRun {
+  size_t part = 0;
+  bool timed = false;
+};
+std::vector<PartRun> part_run_order(size_t parts, int repeats);
 // A model's stage costs from one time of each part (the ends less the block).
 StageCosts stage_costs_of(const ModelSpec& spec, const std::array<double, 3>& times);
 
