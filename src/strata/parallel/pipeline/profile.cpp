@@ -83,8 +83,8 @@ std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models,
 }
 
 std::vector<PartRun> part_run_order(size_t parts, int repeats) {
+  // No separate warm-up pass: each part's first untimed run is its warm-up.
   std::vector<PartRun> order;
-  for (size_t p = 0; p < parts; ++p) order.push_back({p, false});
   for (int i = 0; i < repeats; ++i)
     for (size_t p = 0; p < parts; ++p) {
       order.push_back({p, false});

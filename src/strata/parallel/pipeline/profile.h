@@ -15,7 +15,7 @@ namespace strata {
 // rather than by FLOP counts, which miss what does not scale with them (the head's
 // softmax and loss over a large vocabulary, memory-bound kernels, per-op overhead at
 // small shapes). Three one-block parts are built and timed over one micro-batch's
-// forward and backward, in turn (the median of `repeats` after one warm-up pass): a
+// forward and backward, in turn (the median of `repeats`, each after an untimed run): a
 // middle stage's (a block), the first stage's (less the block: the embedding) and the
 // last stage's (less the block: the head and loss). Blocks
 // of one model have one shape, so one block's time stands for all. The caller makes
@@ -28,12 +28,12 @@ using PartsToTime = std::pair<ModelSpec, int64_t>;  // a model and its micro-bat
 std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& models,
                                             at::Device device, int repeats);
 // The same timing's raw rounds: per model, each part's (a block; a block and the
-// embedding; a block, the head and loss) time in every round after the warm-up.
+// embedding; a block, the head and loss) time in every round.
 using PartRounds = std::array<std::vector<double>, 3>;
 std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
                                          int repeats);
-// The order the parts run in over `repeats` timed rounds: a warm-up pass, then every
-// round each part once untimed and at once timed (Note [a part timed warm]).
+// The order the parts run in over `repeats` rounds: every round each part once
+// untimed and at once timed (Note [a part timed warm]).
 struct PartRun {
   size_t part = 0;
   bool timed = false;

@@ -348,9 +348,10 @@ void ZeroDataParallel::complete_reduce(Group& g) {
   // too, and Gloo's worker thread drops its reference a moment after the wait returns;
   // a step whose next allocation came first held the root unit's 3 MiB past its
   // reduction (the debug GPT's dp=2 ZeRO-2, one step in four runs). A finished CPU
-  // reduction's flat buffer is freed here, whoever still holds the tensor. (On CUDA the
-  // wait orders streams only: the buffer lives until NCCL's work lets it go.)
-  if (opts_.stage >= 2 && !g.reduce_in.is_cuda()) release_storage(g.reduce_in);
+  // reduction's flat buffer (stages 2-3; stage 1 reduces its gradients in place) is
+  // freed here, whoever still holds the tensor. (On CUDA the wait orders streams only:
+  // the buffer lives until NCCL's work lets it go.)
+  if (!g.reduce_in.is_same(g.full_grad) && !g.reduce_in.is_cuda()) release_storage(g.reduce_in);
   g.reduce = CommWork();
   g.reduce_in = at::Tensor();
   g.reduce_out = at::Tensor();
