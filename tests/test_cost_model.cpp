@@ -3,6 +3,8 @@
 // and slower links push the ranking away from tensor parallelism.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "strata/plan/cost_model.h"
 #include "strata/plan/estimator.h"
 #include "strata/plan/measured_parts.h"
@@ -225,6 +227,33 @@ TEST(CostModel, SlowerLinksPushAwayFromTensorParallel) {
   EXPECT_GT(slow, 1.5 * fast);
   EXPECT_LT(fast, 1.0) << "on fast links tp wins (no bubble)";
   EXPECT_GT(slow, 1.0) << "on slow links the pipeline wins";
+}
+
+TEST(CostModel, OptimizerTakesTheAdamWRateAtItsShardsSize) {
+  // Note [AdamW past the caches]: the update of a shard is priced at the profile's
+  // AdamW rate for that many elements, interpolated in log(size) and the largest
+  // point's rate beyond; a rate measured only on small shards (in the caches) would
+  // price a large model's update at half its time.
+  const ModelSpec s = gpt(24, 1000);  // about 19 M parameters
+  const double params = static_cast<double>(count_parameters(s, 1).trainable);
+  ASSERT_GT(params, 16.0 * (1 << 20));
+  HardwareProfile hw = flat(1e9, 1e10);
+  const CostOptions o{"fp32", 8, 0.0};
+  hw.kernels["adamw"] = {{1 << 20, (1 << 20) * 1e-9}};
+  const StepPrediction small = predict_step(s, layout(1, 1, 1, 8, "1f1b"), o, hw);
+  hw.kernels["adamw"].push_back({16 << 20, (16 << 20) * 2.5e-9});
+  const StepPrediction large = predict_step(s, layout(1, 1, 1, 8, "1f1b"), o, hw);
+  EXPECT_NEAR(large.optimizer_s - small.optimizer_s, params * 1.5e-9, 1e-9);
+  // ZeRO's shard of 4 ranks (about 4.7 M) falls between the points.
+  Layout z = layout(4, 1, 1, 2, "1f1b");
+  z.zero = 1;
+  const double shard = params / 4;
+  const StepPrediction sharded = predict_step(s, z, o, hw);
+  hw.kernels["adamw"].pop_back();
+  const StepPrediction sharded_small = predict_step(s, z, o, hw);
+  const double w = std::log(shard / (1 << 20)) / std::log(16.0);
+  EXPECT_NEAR(sharded.optimizer_s - sharded_small.optimizer_s,
+              shard / (1e9 + w * (0.4e9 - 1e9)) - shard * 1e-9, 1e-9);
 }
 
 TEST(CostModel, MeasuredContentionAndStepScaleStretchTheStep) {

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 
+#include "strata/core/errors.h"
 #include "strata/models/flavours.h"
 #include "strata/parallel/pipeline/profile.h"
 #include "test_util.h"
@@ -278,6 +279,34 @@ TEST(PipelineParallel, AutoPartitionComesFromAProfileOfThisMachine) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("(cached in " + dir + "/pp_profile.json)"), std::string::npos)
       << r.output;
+}
+
+TEST(PipelineParallel, PartRoundsAreSizedByTheirFirst) {
+  // Note [rounds sized by their first]: the budget's time over one round, within its
+  // bounds; the first round counts among them.
+  EXPECT_EQ(rounds_for({3.0, 5, 200}, 0.1), 30);
+  EXPECT_EQ(rounds_for({3.0, 5, 200}, 1.0), 5) << "at least the least";
+  EXPECT_EQ(rounds_for({3.0, 5, 200}, 1e-4), 200) << "at most the most";
+  EXPECT_EQ(rounds_for({3.0, 5, 200}, 0), 200) << "a round timed as nothing";
+  EXPECT_EQ(rounds_for({0, 3, 3}, 0.5), 3);
+  EXPECT_THROW(rounds_for({1.0, 0, 3}, 0.5), Error);
+  EXPECT_THROW(rounds_for({1.0, 4, 3}, 0.5), Error);
+  // Timed: a tiny model's parts, however long a round takes, give exactly the bounds'
+  // count of samples when the bounds meet, and the most when the budget is endless.
+  ModelConfig mc;
+  mc.flavour = "debug";
+  mc.seq_len = 16;
+  mc.n_layer = 1;
+  const std::vector<PartsToTime> jobs{{resolve_model_spec(mc, {}), 1}};
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto fixed = time_part_rounds(jobs, at::Device(at::kCPU), RoundBudget{0, 2, 2});
+  const auto endless = time_part_rounds(jobs, at::Device(at::kCPU), RoundBudget{1e9, 1, 3});
+  at::set_num_threads(threads);
+  for (size_t part = 0; part < 3; ++part) {
+    EXPECT_EQ(fixed[0][part].size(), 2u) << part;
+    EXPECT_EQ(endless[0][part].size(), 3u) << part;
+  }
 }
 
 TEST(PipelineParallel, EveryPartIsTimedRightAfterAnUntimedRunOfItself) {

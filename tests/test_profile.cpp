@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strata/cli/machine_bench.h"
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
 #include "strata/models/flavours.h"
@@ -177,6 +178,24 @@ TEST(Profile, DatasheetProfilesLoad) {
     EXPECT_LT(in_node, 2e-2) << name;
     EXPECT_GT(p.collective_seconds("all_reduce", 64, 1 << 30), 4 * in_node) << name;
   }
+}
+
+TEST(Profile, AdamWIsTimedPastTheCaches) {
+  // Note [AdamW past the caches]: the full sweep times the update up to 16 Mi elements
+  // (256 MiB of parameters, gradients and moments), in tensors no larger than a
+  // mid-sized model's weight, in ascending size; the quick sweep one small point.
+  const auto full = adamw_calibration_shapes(false);
+  ASSERT_GE(full.size(), 3u);
+  EXPECT_GE(full.back().elements, int64_t{16} << 20);
+  for (size_t i = 0; i < full.size(); ++i) {
+    EXPECT_LE(full[i].per_tensor, kAdamWLargestTensor) << i;
+    EXPECT_EQ(full[i].elements % full[i].per_tensor, 0) << i;
+    if (i > 0) EXPECT_GT(full[i].elements, full[i - 1].elements) << i;
+  }
+  EXPECT_GE(full.back().elements / full.back().per_tensor, 64) << "many tensors, as a model";
+  const auto quick = adamw_calibration_shapes(true);
+  ASSERT_EQ(quick.size(), 1u);
+  EXPECT_LE(quick[0].elements, int64_t{1} << 20);
 }
 
 TEST(Profile, CalibrateMeasuresThisMachine) {

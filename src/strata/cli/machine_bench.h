@@ -38,6 +38,14 @@ double median_seconds(Fn fn, int min_reps, double budget_s) {
 std::vector<GemmPoint> gemm_curve(at::ScalarType dtype, int64_t largest, bool quick);
 double memory_bandwidth(bool quick);
 std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick);
+// The AdamW curve's points: elements in all, in tensors of per_tensor elements (Note
+// [AdamW past the caches]).
+struct AdamWShape {
+  int64_t elements;
+  int64_t per_tensor;
+};
+constexpr int64_t kAdamWLargestTensor = int64_t{1} << 18;
+std::vector<AdamWShape> adamw_calibration_shapes(bool quick);
 // One small op's forward and backward.
 double op_overhead(bool quick);
 // Seconds of the contention mix (a linear layer, a loss over a vocabulary, GELU).

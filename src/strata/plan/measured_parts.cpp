@@ -150,10 +150,6 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
   const size_t ref_at =
       is_ref && own != timed_mbs.end() ? static_cast<size_t>(own - timed_mbs.begin()) : jobs.size();
   if (ref_at == jobs.size()) jobs.push_back({ref, kReferenceMicroBatch});
-  double round = 0;
-  for (const StageCosts& c : profile_stage_costs(jobs, at::kCPU, 1)) round += round_of(times_of(c));
-  const int repeats =
-      static_cast<int>(std::clamp(kTimedSeconds / std::max(round, 1e-6), 5.0, 200.0));
   // Note [parts timed per round]: each round's times are taken over the reference
   // model's whole in the same round before their medians, so that the machine's speed,
   // which moves within seconds here, cancels round by round instead of only in the
@@ -161,7 +157,9 @@ MeasuredParts measure_part_scales(const ModelSpec& spec, const std::vector<int64
   // ranks (a quiet machine) priced its dp=2 layout at micro-batch 2 at 81.9-88.9 ms and
   // its pp=2 GPipe at 16 at 150.6-159.8; per round, 83.5-86.8 and 156.1-162.9 (beside a
   // bench, the old way had moved its one-rank step from 148 to 174 ms between two plans).
-  const std::vector<PartRounds> rounds = time_part_rounds(jobs, at::kCPU, repeats);
+  // (Note [rounds sized by their first]: about kTimedSeconds of timed runs.)
+  const std::vector<PartRounds> rounds =
+      time_part_rounds(jobs, at::kCPU, RoundBudget{kTimedSeconds, 5, 200});
   const size_t n = rounds[ref_at][0].size();
   const PartRounds& rt = rounds[ref_at];
   std::vector<double> ref_whole(n);

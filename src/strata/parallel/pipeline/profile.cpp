@@ -51,6 +51,26 @@ class TimedPart {
 std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
                                          int repeats) {
   STRATA_CHECK(repeats >= 1, "profile repeats must be at least 1");
+  return time_part_rounds(models, device, RoundBudget{0, repeats, repeats});
+}
+
+// Note [rounds sized by their first]: the plan times its parts for about a fixed time,
+// so how many rounds depends on how long one takes. That was a separate sizing round
+// on parts built for it alone, then built again for the rounds: every part built
+// twice, and run twice more than it counted for (the d384 GPT's parts at four
+// micro-batches took 11 s a plan). The first round is now timed like the others, and
+// decides how many follow.
+int rounds_for(const RoundBudget& budget, double round_s) {
+  STRATA_CHECK(budget.least >= 1 && budget.most >= budget.least,
+               "profile rounds must be at least 1, the most no fewer than the least");
+  const double wanted = budget.seconds / std::max(round_s, 1e-6);
+  return static_cast<int>(
+      std::clamp(wanted, static_cast<double>(budget.least), static_cast<double>(budget.most)));
+}
+
+std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
+                                         const RoundBudget& budget) {
+  (void)rounds_for(budget, 1);  // the bounds' check, before anything is built
   std::vector<TimedPart> parts;
   for (const auto& [spec, micro_batch] : models) {
     STRATA_CHECK(spec.family == Family::kGpt || spec.family == Family::kBert, spec.flavour,
@@ -75,10 +95,18 @@ std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models,
   // 0.99-1.00x the reference's rate in three plans in a row (1.20x before), and those
   // layouts priced within 16% (chain c19).
   std::vector<PartRounds> out(models.size());
-  for (const PartRun& r : part_run_order(parts.size(), repeats)) {
-    const double t = parts[r.part].once();
-    if (r.timed) out[r.part / 3][r.part % 3].push_back(t);
-  }
+  auto run = [&](int rounds) {
+    double timed = 0;
+    for (const PartRun& r : part_run_order(parts.size(), rounds)) {
+      const double t = parts[r.part].once();
+      if (!r.timed) continue;
+      out[r.part / 3][r.part % 3].push_back(t);
+      timed += t;
+    }
+    return timed;
+  };
+  const double first = run(1);
+  run(rounds_for(budget, first) - 1);
   return out;
 }
 

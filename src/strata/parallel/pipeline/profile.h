@@ -32,6 +32,16 @@ std::vector<StageCosts> profile_stage_costs(const std::vector<PartsToTime>& mode
 using PartRounds = std::array<std::vector<double>, 3>;
 std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
                                          int repeats);
+// Rounds sized by time: the first round's timed runs decide how many rounds make about
+// `seconds` of them, within [least, most] (Note [rounds sized by their first]).
+struct RoundBudget {
+  double seconds = 0;
+  int least = 1, most = 1;
+};
+std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
+                                         const RoundBudget& budget);
+// How many rounds of `round_s` seconds each make the budget's time, within its bounds.
+int rounds_for(const RoundBudget& budget, double round_s);
 // The order the parts run in over `repeats` rounds: every round each part once
 // untimed and at once timed (Note [a part timed warm]).
 struct PartRun {
