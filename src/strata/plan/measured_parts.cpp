@@ -32,11 +32,11 @@ namespace strata {
 namespace {
 // The parts of every micro-batch planned and of the reference are timed in one
 // round-robin (so that the machine's speed, which moves by a tenth within seconds here,
-// moves them all alike) for about this long, at least 5 rounds after a first one that
-// warms up and sizes the run (each part's untimed run before its timed one, Note [a
-// part timed warm], takes as long again). Timed one micro-batch after another for a
-// second each, the debug GPT's block at micro-batch 8 came out 1.04x, 0.83x and 0.86x
-// of the reference in three plans a minute apart.
+// moves them all alike) for about this long, at least 5 rounds, the first of which
+// sizes the run (Note [rounds sized by their first]; each part's untimed run before its
+// timed one, Note [a part timed warm], takes as long again). Timed one micro-batch
+// after another for a second each, the debug GPT's block at micro-batch 8 came out
+// 1.04x, 0.83x and 0.86x of the reference in three plans a minute apart.
 constexpr double kTimedSeconds = 3.0;
 // Only micro-batches whose round (three blocks, the embedding and the head, forward and
 // backward) the kernels price under this are timed: planning a large model on a CPU

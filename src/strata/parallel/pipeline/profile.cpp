@@ -60,9 +60,15 @@ std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models,
 // twice, and run twice more than it counted for (the d384 GPT's parts at four
 // micro-batches took 11 s a plan). The first round is now timed like the others, and
 // decides how many follow.
-int rounds_for(const RoundBudget& budget, double round_s) {
+namespace {
+void check_budget(const RoundBudget& budget) {
   STRATA_CHECK(budget.least >= 1 && budget.most >= budget.least,
                "profile rounds must be at least 1, the most no fewer than the least");
+}
+}  // namespace
+
+int rounds_for(const RoundBudget& budget, double round_s) {
+  check_budget(budget);
   const double wanted = budget.seconds / std::max(round_s, 1e-6);
   return static_cast<int>(
       std::clamp(wanted, static_cast<double>(budget.least), static_cast<double>(budget.most)));
@@ -70,7 +76,7 @@ int rounds_for(const RoundBudget& budget, double round_s) {
 
 std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models, at::Device device,
                                          const RoundBudget& budget) {
-  (void)rounds_for(budget, 1);  // the bounds' check, before anything is built
+  check_budget(budget);  // before anything is built
   std::vector<TimedPart> parts;
   for (const auto& [spec, micro_batch] : models) {
     STRATA_CHECK(spec.family == Family::kGpt || spec.family == Family::kBert, spec.flavour,
