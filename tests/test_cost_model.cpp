@@ -365,6 +365,64 @@ TEST(CostModel, ZeroPaysAUnitsCollectivesAndItsCopies) {
               8 * ((5 + 3) * bytes + 2 * (bytes + blocks)) / 1e10, 1e-9);
 }
 
+TEST(CostModel, ZeroCollectiveScalePricesAWorldWideDpGroupOnly) {
+  // Note [ZeRO collectives in a loaded world]: the profile's factor for the world
+  // prices ZeRO's unit collectives where the dp group is the whole world; the step's
+  // scalar norm sum, plain data parallelism's all-reduce and a dp group inside a larger
+  // world keep the fits.
+  const ModelSpec s = gpt(4, 1000);
+  const double latency = 1e-3;
+  HardwareProfile hw = flat(1e18, 0, latency);
+  hw.collectives["all_reduce"][2].latency_s = 2 * latency;
+  hw.zero_collective_scale[2] = 0.5;
+  const CostOptions o{"fp32", 8, 0.0};
+  Layout l = layout(2, 1, 1, 1, "1f1b");
+  l.zero = 2;
+  // As in ZeroPaysAUnitsCollectivesAndItsCopies: 40 reductions and 5 gathers, at half.
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, 0.5 * (4 * 5 * 2 + 5) * latency + 2 * latency,
+              1e-9);
+  l.zero = 0;
+  HardwareProfile plain = hw;
+  plain.zero_collective_scale.clear();
+  EXPECT_EQ(predict_step(s, l, o, hw).dp_exposed_s, predict_step(s, l, o, plain).dp_exposed_s);
+  // dp=2 x tp=2 over 4 ranks, with a factor for 4: its dp pairs take the fits.
+  Layout pairs = layout(2, 2, 1, 1, "1f1b");
+  pairs.zero = 2;
+  HardwareProfile four = plain;
+  four.zero_collective_scale[4] = 0.5;
+  EXPECT_EQ(predict_step(s, pairs, o, four).dp_exposed_s,
+            predict_step(s, pairs, o, plain).dp_exposed_s);
+  // dp=4 takes it; dp=2 in a world of 2 does not take world 4's.
+  Layout wide = layout(4, 1, 1, 1, "1f1b");
+  wide.zero = 3;
+  EXPECT_LT(predict_step(s, wide, o, four).dp_exposed_s,
+            0.6 * predict_step(s, wide, o, plain).dp_exposed_s);
+  l.zero = 2;
+  EXPECT_EQ(predict_step(s, l, o, four).dp_exposed_s, predict_step(s, l, o, plain).dp_exposed_s);
+}
+
+TEST(CostModel, TheMachinesSpeedNowMultipliesEveryTerm) {
+  // Note [the machine now]: a pipeline with ZeRO, recompute and offload's transfers,
+  // so every term is priced, then the machine 1.25x slower than its profile.
+  const ModelSpec s = gpt(4, 1000);
+  HardwareProfile hw = flat(1e9, 1e10, 1e-4);
+  hw.host_to_device_bytes_per_s = hw.device_to_host_bytes_per_s = 1e10;
+  Layout l = layout(2, 1, 2, 1, "1f1b");
+  l.zero = 1, l.offload = true, l.recompute = "full";
+  CostOptions o{"fp32", 8, 0.0};
+  const StepPrediction base = predict_step(s, l, o, hw);
+  o.speed = 1.25;
+  const StepPrediction slow = predict_step(s, l, o, hw);
+  for (auto term :
+       {&StepPrediction::step_s, &StepPrediction::compute_s, &StepPrediction::recompute_s,
+        &StepPrediction::bubble_s, &StepPrediction::dp_exposed_s, &StepPrediction::optimizer_s,
+        &StepPrediction::offload_s}) {
+    EXPECT_GT(base.*term, 0);
+    EXPECT_NEAR(slow.*term, 1.25 * (base.*term), 1e-12);
+  }
+  EXPECT_NEAR(slow.tokens_per_s, base.tokens_per_s / 1.25, 1e-6);
+}
+
 TEST(CostModel, APipelinesZeroTwoReducesItsRootOnceAStep) {
   // Note [a pipeline's ZeRO root]: on a pipeline ZeRO-2 reduces the stage's blocks
   // every micro-batch and the root once, in finalize. On a link of pure latency over
@@ -653,6 +711,36 @@ TEST(ReferenceFit, TpScalesRecoverWhatTheRunsWereMadeOf) {
   const ReferenceRun whole{2, 2, kReferenceMicroBatch, 2}, whole_small{2, 2, 1, 4};
   EXPECT_TRUE(
       fit_tp_scales(hw, whole, m_ref.step_s, 1e-4, whole_small, 1e-4, o).collective_scale.empty());
+}
+
+TEST(ReferenceFit, ZeroScaleRecoversWhatTheRunWasMadeOf) {
+  // A ZeRO-2 reference run made by the model with ZeRO's collectives at half the fits:
+  // the fit finds the half from its step, with the step scale as fitted; a run beyond
+  // what any factor in bounds explains takes the bound.
+  HardwareProfile hw = shared_cpu();
+  for (const char* op : {"all_reduce", "all_gather"}) hw.collectives[op][4] = {4.6e-3, 1e9};
+  const ReferenceRun zero_ref{4, 1, kReferenceMicroBatch, 2, kZeroReferenceStage};
+  EXPECT_EQ(zero_ref.layout().zero, kZeroReferenceStage);
+  const CostOptions o;
+  HardwareProfile truth = hw;
+  truth.zero_collective_scale[4] = 0.5;
+  const double measured = predict_reference(zero_ref, o, truth).step_s;
+  EXPECT_LT(measured, 0.9 * predict_reference(zero_ref, o, hw).step_s) << "the factor matters";
+  EXPECT_NEAR(fit_zero_collective_scale(hw, zero_ref, measured, o), 0.5, 1e-9);
+  EXPECT_EQ(fit_zero_collective_scale(hw, zero_ref, 0.0, o), kLeastZeroCollectiveScale);
+  EXPECT_EQ(fit_zero_collective_scale(hw, zero_ref, 100.0, o), kMostZeroCollectiveScale);
+  // Without ZeRO nothing is fitted.
+  EXPECT_EQ(fit_zero_collective_scale(hw, ReferenceRun{4, 1, kReferenceMicroBatch, 2}, 0.0, o),
+            1.0);
+}
+
+TEST(ReferenceFit, SpeedNowIsTheReferencesStepOverItsPriceWithinBounds) {
+  EXPECT_NEAR(speed_now(0.33, 0.30), 1.1, 1e-12);
+  EXPECT_NEAR(speed_now(0.27, 0.30), 0.9, 1e-12);
+  EXPECT_EQ(speed_now(3.0, 0.3), kMostSpeed) << "a broken run, not a slow machine";
+  EXPECT_EQ(speed_now(0.01, 0.3), kLeastSpeed);
+  EXPECT_EQ(speed_now(0.0, 0.3), 1.0) << "nothing measured";
+  EXPECT_EQ(speed_now(0.3, 0.0), 1.0);
 }
 
 }  // namespace strata

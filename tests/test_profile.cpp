@@ -125,6 +125,7 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   p.step_scale[1] = 1.2;
   p.tp_step_scale[4] = 1.6;
   p.tp_collective_scale[4] = {{49152, 0.4}, {196608, 1.1}};
+  p.zero_collective_scale[4] = 0.5;
   p.loaded_collectives["all_gather"][4][2] = {7e-4, 1e9};
   const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
   EXPECT_EQ(q.loaded_collectives.at("all_gather").at(4).at(2).latency_s, 7e-4);
@@ -135,6 +136,8 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   EXPECT_EQ(q.tp_collective_scale_for(4, 1024), 0.4);
   EXPECT_EQ(q.tp_collective_scale_for(4, 1e9), 1.1);
   EXPECT_EQ(q.tp_collective_scale_for(8, 98304), 1.0);
+  EXPECT_EQ(q.zero_collective_scale_for(4), 0.5);
+  EXPECT_EQ(q.zero_collective_scale_for(2), 1.0) << "a world's own only";
   EXPECT_EQ(profile_json(q), profile_json(p));
   auto error = [](const std::string& text) {
     try {
@@ -163,6 +166,10 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1,"seconds":1}]},)"
                   R"("step_scale":{"2":0.1}})")
                 .find("step_scale.2 must be a number >= 0.5"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1,"seconds":1}]},)"
+                  R"("zero_collective_scale":{"4":0}})")
+                .find("zero_collective_scale.4 must be a number >= 0.1"),
             std::string::npos);
 }
 
@@ -234,9 +241,15 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     }
     EXPECT_NE(r.output.find("their tp collectives over the loaded fits:"), std::string::npos)
         << r.output;
+    // Note [ZeRO collectives in a loaded world]: fitted within its bounds.
+    ASSERT_EQ(p.zero_collective_scale.count(4), 1u) << r.output;
+    EXPECT_GE(p.zero_collective_scale.at(4), kLeastZeroCollectiveScale);
+    EXPECT_LE(p.zero_collective_scale.at(4), kMostZeroCollectiveScale);
+    EXPECT_NE(r.output.find("ZeRO-2 reference step on 4 ranks"), std::string::npos) << r.output;
   } else {
     EXPECT_TRUE(p.tp_step_scale.empty());
     EXPECT_TRUE(p.tp_collective_scale.empty());
+    EXPECT_TRUE(p.zero_collective_scale.empty());
   }
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
     ASSERT_TRUE(p.collectives.count(op) && p.collectives.at(op).count(2)) << op << "\n" << r.output;
@@ -271,9 +284,18 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("timed the model's parts here"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" 2: "), std::string::npos) << "micro-batch 2 planned: " << r.output;
+  // Note [the machine now]: the reference run here, its factor within bounds.
+  const std::string now = "so every prediction takes ";
+  const size_t speed_at = r.output.find(now);
+  ASSERT_NE(speed_at, std::string::npos) << r.output;
+  double speed = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + speed_at + now.size(), "%lf", &speed), 1) << r.output;
+  EXPECT_GE(speed, kLeastSpeed);
+  EXPECT_LE(speed, kMostSpeed);
   r = run(plan + "--no-measure", 60);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.find("timed the model's parts"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("the machine now"), std::string::npos) << r.output;
   expect_one_error_line(strata_bin() + " calibrate --nproc 0", "--nproc 0 must be at least 1");
 }
 

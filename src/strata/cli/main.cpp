@@ -233,7 +233,8 @@ int main(int argc, char** argv) {
                    "train the first K predicted for a few steps each and rank them by measurement");
   plan->add_option("--run-steps", pa.run_steps, "steps per --run-top run (the first 3 warm up)");
   plan->add_flag("--no-measure", pa.no_measure,
-                 "price from the profile alone: do not time the model's parts on this machine");
+                 "price from the profile alone: do not time the model's parts or the "
+                 "machine's speed now on this machine");
   plan->allow_extras();
   // One rank of calibrate's collective benchmark (started by calibrate itself).
   auto* calibrate_worker = app.add_subcommand("calibrate-worker", "");

@@ -11,6 +11,7 @@
 #include "strata/core/errors.h"
 #include "strata/core/stats.h"
 #include "strata/distributed/launcher.h"
+#include "strata/plan/reference_fit.h"
 #include "strata/report/run_record.h"
 
 namespace fs = std::filesystem;
@@ -72,6 +73,20 @@ std::vector<double> measured_step_times(const std::string& self_exe, int64_t npr
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,
                              const std::vector<std::string>& args, int64_t steps, int64_t warmup) {
   return median(measured_step_times(self_exe, nproc, args, steps, warmup));
+}
+
+std::vector<std::string> reference_args(const ReferenceRun& r, int64_t threads) {
+  return {"--model.flavour=debug",
+          "--parallel.dp=" + std::to_string(r.ranks / r.tp),
+          "--parallel.tp=" + std::to_string(r.tp),
+          "--parallel.zero=" + std::to_string(r.zero),
+          "--training.batch_size=" + std::to_string(r.batch()),
+          "--training.micro_batch_size=" + std::to_string(r.micro),
+          "--training.threads=" + std::to_string(threads)};
+}
+
+MeasuredSteps reference_steps(const ReferenceRun& r, int64_t threads, const std::string& self_exe) {
+  return measured_steps(self_exe, r.ranks, reference_args(r, threads), 8, 2);
 }
 
 }  // namespace strata

@@ -23,4 +23,11 @@ MeasuredSteps measured_steps(const std::string& self_exe, int64_t nproc,
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,
                              const std::vector<std::string>& args, int64_t steps, int64_t warmup);
 
+struct ReferenceRun;
+// The `strata train` overrides of the calibration's reference run r (Note [step
+// calibration]) at `threads` per rank.
+std::vector<std::string> reference_args(const ReferenceRun& r, int64_t threads);
+// Its steps: 8 of them, the first 2 warm-up (allocation, the threads' start).
+MeasuredSteps reference_steps(const ReferenceRun& r, int64_t threads, const std::string& self_exe);
+
 }  // namespace strata

@@ -14,12 +14,14 @@
 #include "strata/cli/measure.h"
 #include "strata/core/config.h"
 #include "strata/core/errors.h"
+#include "strata/core/stats.h"
 #include "strata/memory/category.h"
 #include "strata/plan/cost_model.h"
 #include "strata/plan/estimator.h"
 #include "strata/plan/layouts.h"
 #include "strata/plan/measured_parts.h"
 #include "strata/plan/plan.h"
+#include "strata/plan/reference_fit.h"
 #include "strata/train/data/source.h"
 
 namespace strata {
@@ -33,6 +35,41 @@ struct Ranked {
   std::array<double, kNumCategories> at_peak{};  // each category at the predicted peak
   double measured_s = 0;  // --run-top: the median step of a short run (0: not run)
 };
+
+// Note [the machine now]: a CPU profile is one moment of a machine whose speed moves
+// (Note [calibration drift]): in chain c22 every bench row ran slower than the
+// calibration just before it had measured (the drift anchor, the reference layout run
+// through the rows, at 1.02-1.09x the profile's time when each row began and up to
+// 1.23x within them), and every row's errors leaned under: medians of 6.0-12.2%, three
+// rows over the 10% bound. Multiplied by the first anchor's factor, the same rows' medians
+// came to 3.3-6.0%. So on a calibrated CPU profile `strata plan` runs the calibration's
+// reference itself before pricing (the debug GPT, data parallel over the planned ranks,
+// micro-batch 4, two a step: 8 steps, twice, the fastest run's median as calibrate
+// takes it) and multiplies every predicted term by its step over the profile's
+// prediction for it (speed_now). That is about 5-10 s here; a world the profile has no
+// reference for, or threads per rank other than its own, keeps the profile as it is.
+double machine_speed_now(const HardwareProfile& hw, int64_t nproc, int64_t threads,
+                         const std::string& self_exe) {
+  if (self_exe.empty() || hw.device != "cpu" || !hw.step_scale.count(nproc) ||
+      !profile_threads_mismatch(hw, threads).empty())
+    return 1.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const ReferenceRun ref{nproc, 1, kReferenceMicroBatch, 2};
+  double fastest = 0;
+  for (int run = 0; run < 2; ++run) {
+    const double m = median(reference_steps(ref, threads, self_exe).step_s);
+    fastest = run == 0 ? m : std::min(fastest, m);
+  }
+  const double predicted = predict_reference(ref, CostOptions{}, hw).step_s;
+  const double speed = speed_now(fastest, predicted);
+  std::fprintf(stderr,
+               "strata plan: the machine now: the calibration's reference (the debug GPT, "
+               "dp=%lld) ran %.1f ms a step where the profile prices %.1f, so every "
+               "prediction takes %.2fx (%.1f s; --no-measure skips)\n",
+               static_cast<long long>(nproc), fastest * 1e3, predicted * 1e3, speed,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return speed;
+}
 }  // namespace
 
 int run_plan(const PlanArgs& a, const std::string& self_exe) {
@@ -95,6 +132,7 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
                        ? c10::str(" (larger ones take ", parts.largest_timed, "'s)").c_str()
                        : "");
   }
+  if (!a.no_measure) o.speed = machine_speed_now(hw, a.nproc, threads, self_exe);
   std::vector<Ranked> ranked;
   for (const Layout& l : layouts) {
     Config c = cfg;

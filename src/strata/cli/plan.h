@@ -24,7 +24,8 @@ struct PlanArgs {
   int64_t run_top = 0;
   int64_t run_steps = 6;
   // On a calibrated CPU profile the model's parts are timed here (Note [measured
-  // parts]); this prices from the profile alone.
+  // parts]) and the calibration's reference is run to take the machine's speed now
+  // (Note [the machine now]); this prices from the profile alone.
   bool no_measure = false;
 };
 int run_plan(const PlanArgs& a, const std::string& self_exe = "");

@@ -461,8 +461,11 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       // reduce-scatter of all the gradients, a step paid one latency where it pays
       // one per unit: ZeRO-2 at dp=2 came out 13-18% under measurement.
       const char* reduce = hw.backend == "gloo" ? "all_reduce" : "reduce_scatter";
+      // Note [ZeRO collectives in a loaded world]: a dp group as large as the world.
+      const double zf = l.dp == l.ranks() ? hw.zero_collective_scale_for(l.ranks()) : 1.0;
+      auto zero_coll = [&](const char* op, double bytes) { return zf * dp_coll(op, bytes); };
       auto every_unit = [&](const char* op) {
-        return blocks_here * dp_coll(op, unit) + dp_coll(op, root);
+        return blocks_here * zero_coll(op, unit) + zero_coll(op, root);
       };
       if (l.zero <= 2) {
         // Stage 1 reduces after the last micro-batch only, stage 2 after each (on a
@@ -470,7 +473,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
         // updated shards unit by unit after the optimizer's step.
         const double times = l.zero == 2 ? mb : 1.0, root_times = root_once ? 1.0 : times;
         const double reduces =
-            times * blocks_here * dp_coll(reduce, unit) + root_times * dp_coll(reduce, root);
+            times * blocks_here * zero_coll(reduce, unit) + root_times * zero_coll(reduce, root);
         p.dp_exposed_s = hidden(reduces, times * last_backward) + every_unit("all_gather");
       } else {
         // ZeRO-3: per block and micro-batch, gathers in forward and backward (a
@@ -478,8 +481,8 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
         // block's compute by prefetch; the root gathered before each micro-batch's
         // forward and reduced after its backward (Note [ZeRO]).
         const double comm =
-            mb * (every_unit(reduce) + 2 * blocks_here * dp_coll("all_gather", unit) +
-                  dp_coll("all_gather", root));
+            mb * (every_unit(reduce) + 2 * blocks_here * zero_coll("all_gather", unit) +
+                  zero_coll("all_gather", root));
         p.dp_exposed_s = hidden(comm, p.compute_s);
       }
     }
@@ -550,6 +553,9 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     p.offload_s =
         shard * elem / hw.device_to_host_bytes_per_s + shard * elem / hw.host_to_device_bytes_per_s;
   p.step_s = sim.step_time + p.dp_exposed_s + p.optimizer_s + p.offload_s;
+  for (double* t : {&p.step_s, &p.compute_s, &p.recompute_s, &p.tp_comm_s, &p.bubble_s,
+                    &p.dp_exposed_s, &p.optimizer_s, &p.offload_s})
+    *t *= o.speed;
   p.tokens_per_s = static_cast<double>(o.batch) * T / p.step_s;
   const double peak = hw.peak_flops(prec.dtype);
   const double flops_per_token = transformer_flops_per_token(s);

@@ -61,6 +61,9 @@ struct CostOptions {
   double overlap = 0.5;  // share of a collective hidden behind concurrent compute (Gloo on
                          // CPU shares the cores; about 0.9 with NCCL on a GPU)
   std::map<int64_t, PartScale> part_scale;  // by micro-batch; empty: the kernels' sum alone
+  // The machine's time now over the profile's (Note [the machine now]): every term of a
+  // step is multiplied by it; 1: the machine as calibrated.
+  double speed = 1.0;
 };
 // One micro-batch's parts on one rank with the machine to itself (before the cores
 // are shared): a block, the first stage's embedding, the last stage's head and loss.

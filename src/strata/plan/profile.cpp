@@ -66,6 +66,11 @@ double HardwareProfile::step_scale_for(int64_t ranks, bool tp) const {
   return it == step_scale.begin() ? 1.0 : std::prev(it)->second;
 }
 
+double HardwareProfile::zero_collective_scale_for(int64_t ranks) const {
+  auto it = zero_collective_scale.find(ranks);
+  return it == zero_collective_scale.end() ? 1.0 : it->second;
+}
+
 double HardwareProfile::tp_collective_scale_for(int64_t ranks, double bytes) const {
   auto it = tp_collective_scale.find(ranks);
   if (it == tp_collective_scale.end() || it->second.empty()) return 1.0;
@@ -192,6 +197,7 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"step_scale", by_ranks_json(p.step_scale)},
           {"tp_step_scale", by_ranks_json(p.tp_step_scale)},
           {"tp_collective_scale", tp_scale_json(p.tp_collective_scale)},
+          {"zero_collective_scale", by_ranks_json(p.zero_collective_scale)},
           {"collectives", coll},
           {"loaded_collectives", loaded},
           {"intra_node", link(p.intra_node)},
@@ -327,6 +333,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
                p.step_scale);  // calibrate's floor (Note [step calibration])
   read_factors(j, "tp_step_scale", 0.5, where, p.tp_step_scale);
   read_tp_scales(j, where, p.tp_collective_scale);
+  read_factors(j, "zero_collective_scale", kLeastZeroCollectiveScale, where,
+               p.zero_collective_scale);
   read_fits(j, "collectives", where, p.collectives);
   read_loaded_fits(j, "loaded_collectives", where, p.loaded_collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);

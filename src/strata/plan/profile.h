@@ -32,6 +32,8 @@ namespace strata {
 
 // The least tp_collective_scale a profile may hold (and calibrate fits).
 inline constexpr double kLeastTpCollectiveScale = 0.1;
+// The least zero_collective_scale a profile may hold (and calibrate fits).
+inline constexpr double kLeastZeroCollectiveScale = 0.1;
 
 struct GemmPoint {
   double flops = 0, seconds = 0;  // one call
@@ -71,6 +73,9 @@ struct HardwareProfile {
   // loaded fits say, by world, at the message sizes measured (Note [tensor-parallel
   // collectives in a run]): world -> bytes -> factor; none: 1.
   std::map<int64_t, std::map<double, double>> tp_collective_scale;
+  // CPU profiles: what ZeRO's collectives cost in a run over what the fits say, by
+  // world (Note [ZeRO collectives in a loaded world]); none: 1.
+  std::map<int64_t, double> zero_collective_scale;
   double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
   double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
 
@@ -90,6 +95,9 @@ struct HardwareProfile {
   // measured factors interpolated in log(bytes), the nearest one beyond them; 1 where
   // that world has none.
   double tp_collective_scale_for(int64_t ranks, double bytes) const;
+  // The ZeRO collective scale for a world of `ranks`: its own, else 1 (it is measured
+  // only where the ranks outnumber the cores, and is not carried to other worlds).
+  double zero_collective_scale_for(int64_t ranks) const;
   // CPU profiles: what stretches each rank's compute with `ranks` ranks computing (a
   // fraction when some wait), the trainer's own work included: the contention times
   // the step scale at each whole number of ranks, linear between them (Note [step

@@ -8,6 +8,19 @@
 namespace strata {
 
 namespace {
+// The x in [lo, hi] where the increasing f(x) reaches `target`, by bisection; the
+// bound where none inside does.
+template <class F>
+double solve_within(double lo, double hi, double target, F&& f) {
+  if (f(lo) >= target) return lo;
+  if (f(hi) <= target) return hi;
+  for (int i = 0; i < 50; ++i) {
+    const double mid = (lo + hi) / 2;
+    (f(mid) < target ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
 ModelSpec reference_spec() {
   ModelConfig mc;
   mc.flavour = "debug";
@@ -22,7 +35,7 @@ double ReferenceRun::tp_message_bytes() const {
 
 Layout ReferenceRun::layout() const {
   Layout l;
-  l.dp = ranks / tp, l.tp = tp, l.micro_batch = micro;
+  l.dp = ranks / tp, l.tp = tp, l.micro_batch = micro, l.zero = zero;
   return l;
 }
 
@@ -72,20 +85,27 @@ TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, doubl
       points[bytes] = x;
       return predict_reference(run, o, q).tp_comm_s;
     };
-    double lo = kLeastTpCollectiveScale, hi = kMostTpCollectiveScale;
-    if (comm_at(lo) >= measured) {
-      points[bytes] = lo;
-    } else if (comm_at(hi) <= measured) {
-      points[bytes] = hi;
-    } else {
-      for (int i = 0; i < 50; ++i) {
-        const double mid = (lo + hi) / 2;
-        (comm_at(mid) < measured ? lo : hi) = mid;
-      }
-      points[bytes] = (lo + hi) / 2;
-    }
+    points[bytes] =
+        solve_within(kLeastTpCollectiveScale, kMostTpCollectiveScale, measured, comm_at);
   }
   return {step_scale_from(q, ref, o, measured_ref_step), points};
+}
+
+double fit_zero_collective_scale(const HardwareProfile& hw, const ReferenceRun& zero_ref,
+                                 double measured, const CostOptions& o) {
+  if (zero_ref.zero == 0 || zero_ref.tp != 1) return 1.0;
+  HardwareProfile q = hw;
+  double& x = q.zero_collective_scale[zero_ref.ranks];
+  auto step_at = [&](double f) {
+    x = f;
+    return predict_reference(zero_ref, o, q).step_s;
+  };
+  return solve_within(kLeastZeroCollectiveScale, kMostZeroCollectiveScale, measured, step_at);
+}
+
+double speed_now(double measured, double predicted) {
+  if (measured <= 0 || predicted <= 0) return 1.0;
+  return std::clamp(measured / predicted, kLeastSpeed, kMostSpeed);
 }
 
 }  // namespace strata

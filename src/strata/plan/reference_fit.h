@@ -18,10 +18,16 @@ inline constexpr int64_t kTpCollectiveMicroBatch = 1;
 // The most tp_collective_scale a fit may return.
 inline constexpr double kMostTpCollectiveScale = 2.0;
 
+// The most zero_collective_scale a fit may return.
+inline constexpr double kMostZeroCollectiveScale = 2.0;
+// The ZeRO reference's stage: it reduces every micro-batch and gathers every step
+// (Note [ZeRO collectives in a loaded world]).
+inline constexpr int64_t kZeroReferenceStage = 2;
+
 // The reference layout: the debug GPT over g ranks, dp = g / tp, `micro` sequences per
-// micro-batch, `micro_batches` of them per step on each dp rank.
+// micro-batch, `micro_batches` of them per step on each dp rank, ZeRO stage `zero`.
 struct ReferenceRun {
-  int64_t ranks = 1, tp = 1, micro = 4, micro_batches = 2;
+  int64_t ranks = 1, tp = 1, micro = 4, micro_batches = 2, zero = 0;
   int64_t batch() const { return micro * micro_batches * (ranks / tp); }
   Layout layout() const;
   // The bytes of one block's tp all-reduce: micro x sequence x d_model floats.
@@ -54,5 +60,19 @@ struct TpScales {
 TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, double measured_ref_step,
                        double measured_ref_tp_comm, const ReferenceRun& small,
                        double measured_small_tp_comm, const CostOptions& o);
+
+// Note [ZeRO collectives in a loaded world] fitted: the zero_collective_scale for the
+// reference's world that brings its predicted step to `measured` seconds, `hw`
+// carrying the step scale already fitted, bisected within [kLeastZeroCollectiveScale,
+// kMostZeroCollectiveScale] (a bound where none inside explains the run). 1 for a
+// reference without ZeRO or whose dp group is not the whole world.
+double fit_zero_collective_scale(const HardwareProfile& hw, const ReferenceRun& zero_ref,
+                                 double measured, const CostOptions& o);
+
+// Note [the machine now]: the reference's fastest measured step now over the step the
+// profile predicts for it, within [kLeastSpeed, kMostSpeed] (a run that far off is
+// broken, not slow); 1 when nothing was measured.
+inline constexpr double kLeastSpeed = 0.5, kMostSpeed = 2.0;
+double speed_now(double measured, double predicted);
 
 }  // namespace strata
