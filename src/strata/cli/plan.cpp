@@ -39,7 +39,7 @@ struct Ranked {
 // Note [the machine now]: a CPU profile is one moment of a machine whose speed moves
 // (Note [calibration drift]): in chain c22 every bench row ran slower than the
 // calibration just before it had measured (the drift anchor, the reference layout run
-// through the rows, at 1.02-1.09x the profile's time when each row began and up to
+// through the rows, at 1.02-1.10x the profile's time when each row began and up to
 // 1.23x within them), and every row's errors leaned under: medians of 6.0-12.2%, three
 // rows over the 10% bound. Multiplied by the first anchor's factor, the same rows' medians
 // came to 3.3-6.0%. So on a calibrated CPU profile `strata plan` runs the calibration's
