@@ -55,11 +55,9 @@ double machine_speed_now(const HardwareProfile& hw, int64_t nproc, int64_t threa
     return 1.0;
   const auto t0 = std::chrono::steady_clock::now();
   const ReferenceRun ref{nproc, 1, kReferenceMicroBatch, 2};
-  double fastest = 0;
-  for (int run = 0; run < 2; ++run) {
-    const double m = median(reference_steps(ref, threads, self_exe).step_s);
-    fastest = run == 0 ? m : std::min(fastest, m);
-  }
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) runs.push_back(reference_steps(ref, threads, self_exe).step_s);
+  const double fastest = fastest_run(runs);
   const double predicted = predict_reference(ref, CostOptions{}, hw).step_s;
   const double speed = speed_now(fastest, predicted);
   std::fprintf(stderr,
