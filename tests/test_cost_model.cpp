@@ -732,6 +732,9 @@ TEST(ReferenceFit, ZeroScaleRecoversWhatTheRunWasMadeOf) {
   // Without ZeRO nothing is fitted.
   EXPECT_EQ(fit_zero_collective_scale(hw, ReferenceRun{4, 1, kReferenceMicroBatch, 2}, 0.0, o),
             1.0);
+  // Nor with a dp group smaller than the world, where the factor prices nothing.
+  EXPECT_EQ(fit_zero_collective_scale(hw, ReferenceRun{4, 2, kReferenceMicroBatch, 2, 2}, 0.0, o),
+            1.0);
 }
 
 TEST(ReferenceFit, SpeedNowIsTheReferencesStepOverItsPriceWithinBounds) {
