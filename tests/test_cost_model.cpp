@@ -399,6 +399,12 @@ TEST(CostModel, ZeroCollectiveScalePricesAWorldWideDpGroupOnly) {
             0.6 * predict_step(s, wide, o, plain).dp_exposed_s);
   l.zero = 2;
   EXPECT_EQ(predict_step(s, l, o, four).dp_exposed_s, predict_step(s, l, o, plain).dp_exposed_s);
+  // The one condition, which calibrate's fit shares.
+  EXPECT_TRUE(takes_zero_collective_scale(wide));
+  EXPECT_TRUE(takes_zero_collective_scale(l));
+  EXPECT_FALSE(takes_zero_collective_scale(pairs));
+  l.zero = 0;
+  EXPECT_FALSE(takes_zero_collective_scale(l));
 }
 
 TEST(CostModel, TheMachinesSpeedNowMultipliesEveryTerm) {

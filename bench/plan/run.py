@@ -37,9 +37,9 @@ halves]): the host's reproducibility in the very figure the errors are taken on.
 """
 import argparse
 import json
-import re
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys

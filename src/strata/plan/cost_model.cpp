@@ -280,6 +280,10 @@ CostOptions cost_options(const Config& cfg, const HardwareProfile& hw) {
   return o;
 }
 
+bool takes_zero_collective_scale(const Layout& l) {
+  return l.zero > 0 && l.dp == l.ranks();
+}
+
 StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptions& o,
                             const HardwareProfile& hw) {
   STRATA_CHECK(is_language_model(s.family), "the cost model covers GPT and BERT flavours; ",
@@ -461,8 +465,8 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       // reduce-scatter of all the gradients, a step paid one latency where it pays
       // one per unit: ZeRO-2 at dp=2 came out 13-18% under measurement.
       const char* reduce = hw.backend == "gloo" ? "all_reduce" : "reduce_scatter";
-      // Note [ZeRO collectives in a loaded world]: a dp group as large as the world.
-      const double zf = l.dp == l.ranks() ? hw.zero_collective_scale_for(l.ranks()) : 1.0;
+      const double zf =
+          takes_zero_collective_scale(l) ? hw.zero_collective_scale_for(l.ranks()) : 1.0;
       auto zero_coll = [&](const char* op, double bytes) { return zf * dp_coll(op, bytes); };
       auto every_unit = [&](const char* op) {
         return blocks_here * zero_coll(op, unit) + zero_coll(op, root);

@@ -84,5 +84,9 @@ PartCosts predict_parts(const ModelSpec& spec, const Layout& layout, const CostO
 CostOptions cost_options(const Config& cfg, const HardwareProfile& hw);
 StepPrediction predict_step(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
                             const HardwareProfile& hw);
+// Note [ZeRO collectives in a loaded world]: whether the profile's zero_collective_scale
+// prices the layout's ZeRO collectives (ZeRO on a dp group as large as the world); the
+// cost model prices with it and calibrate fits it under this one condition.
+bool takes_zero_collective_scale(const Layout& l);
 
 }  // namespace strata

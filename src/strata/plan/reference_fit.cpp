@@ -93,11 +93,9 @@ TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, doubl
 
 double fit_zero_collective_scale(const HardwareProfile& hw, const ReferenceRun& zero_ref,
                                  double measured, const CostOptions& o) {
-  // The cost model takes the factor only where the dp group is the whole world
-  // (cost_model.cpp); anywhere else the step does not move with it and a bisection would
-  // return a bound the run never showed.
-  const Layout l = zero_ref.layout();
-  if (l.zero == 0 || l.dp != l.ranks()) return 1.0;
+  // Where the cost model does not take the factor, the step does not move with it and a
+  // bisection would return a bound the run never showed.
+  if (!takes_zero_collective_scale(zero_ref.layout())) return 1.0;
   HardwareProfile q = hw;
   double& x = q.zero_collective_scale[zero_ref.ranks];
   auto step_at = [&](double f) {
