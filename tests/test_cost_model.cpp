@@ -365,6 +365,42 @@ TEST(CostModel, ZeroPaysAUnitsCollectivesAndItsCopies) {
               8 * ((5 + 3) * bytes + 2 * (bytes + blocks)) / 1e10, 1e-9);
 }
 
+TEST(CostModel, DdpPaysALatencyPerBucket) {
+  // Note [DDP's buckets priced as issued]: the first bucket closes at its own cap, the
+  // later ones at the cap, the last takes the rest.
+  EXPECT_EQ(ddp_bucket_bytes(5, 1, 3), (std::vector<double>{1, 3, 1}));
+  EXPECT_EQ(ddp_bucket_bytes(0.5, 1, 3), (std::vector<double>{0.5}));
+  EXPECT_EQ(ddp_bucket_bytes(4, 1, 3), (std::vector<double>{1, 3}));
+  EXPECT_TRUE(ddp_bucket_bytes(0, 1, 3).empty());
+  EXPECT_THROW(ddp_bucket_bytes(4, 0, 3), std::exception);
+  // On a link of pure latency, ZeRO-0 at dp=2 pays one all-reduce per bucket: the
+  // gradients of 4 blocks of d 256 (about 13 MiB) in 1 MiB and then 5 MiB buckets
+  // are 4 of them; in the defaults' (1 MiB, then 25 MiB), 2.
+  const ModelSpec s = gpt(4, 1000);
+  const double latency = 1e-3;
+  const HardwareProfile hw = flat(1e18, 0, latency);
+  CostOptions o{"fp32", 8, 0.0};
+  const double bytes = static_cast<double>(count_parameters(s).trainable) * 4;
+  ASSERT_GT(bytes, 11 * (1 << 20));
+  ASSERT_LT(bytes, 16 * (1 << 20));
+  const Layout l = layout(2, 1, 1, 1, "1f1b");
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, 2 * latency, 1e-9);
+  o.bucket_cap_bytes = 5 << 20;
+  EXPECT_NEAR(predict_step(s, l, o, hw).dp_exposed_s, 4 * latency, 1e-9);
+  // The bytes do not change with the buckets: on a link of pure bandwidth the price
+  // is the same.
+  const HardwareProfile wide = flat(1e9, 0, 0);
+  const double one_bucket = predict_step(s, l, CostOptions{"fp32", 8, 0.0}, wide).dp_exposed_s;
+  EXPECT_NEAR(one_bucket, bytes / 1e9, 1e-9);
+  EXPECT_NEAR(predict_step(s, l, o, wide).dp_exposed_s, one_bucket, 1e-9);
+  // The config's caps reach the cost model.
+  Config cfg;
+  cfg.parallel.first_bucket_mb = 2, cfg.parallel.bucket_cap_mb = 8;
+  const CostOptions from_cfg = cost_options(cfg, hw);
+  EXPECT_EQ(from_cfg.first_bucket_bytes, 2 << 20);
+  EXPECT_EQ(from_cfg.bucket_cap_bytes, 8 << 20);
+}
+
 TEST(CostModel, ZeroCollectiveScalePricesAWorldWideDpGroupOnly) {
   // Note [ZeRO collectives in a loaded world]: the profile's factor for the world
   // prices ZeRO's unit collectives where the dp group is the whole world; the step's
@@ -486,10 +522,11 @@ TEST(CostModel, APipelinesTiedExchangeAndAStepsScalarsAreExposed) {
   EXPECT_NEAR(exposed(untied, pp2), 2 * scalar, 1e-12);
   EXPECT_NEAR(exposed(s, layout(1, 2, 1, 1, "1f1b")), scalar, 1e-12);
   EXPECT_EQ(exposed(s, layout(1, 1, 1, 1, "1f1b")), 0);
-  // DDP pays its gradients' all-reduce alone: the loss's mean over dp is in the
-  // calibration's step scale (ZeRO's scalar: ZeroPaysAUnitsCollectivesAndItsCopies).
+  // DDP pays its gradients' all-reduces alone, one per bucket (two here: Note [DDP's
+  // buckets priced as issued]): the loss's mean over dp is in the calibration's step
+  // scale (ZeRO's scalar: ZeroPaysAUnitsCollectivesAndItsCopies).
   const double grads = static_cast<double>(count_parameters(s).trainable) * 4;
-  EXPECT_NEAR(exposed(s, layout(2, 1, 1, 1, "1f1b")), latency + grads / 1e9, 1e-12);
+  EXPECT_NEAR(exposed(s, layout(2, 1, 1, 1, "1f1b")), 2 * latency + grads / 1e9, 1e-12);
 }
 
 namespace {

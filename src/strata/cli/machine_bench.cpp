@@ -16,6 +16,7 @@ std::vector<GemmPoint> gemm_curve(at::ScalarType dtype, int64_t largest, bool qu
     const at::Tensor a = at::randn({2 * n, n}).to(dtype), b = at::randn({n, 2 * n}).to(dtype);
     const double s = median_seconds([&] { (void)at::mm(a, b); }, quick ? 2 : 3, quick ? 0.05 : 0.3);
     out.push_back({2.0 * (2 * n) * n * (2 * n), s});
+    if (s > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
   }
   return out;
 }
@@ -106,6 +107,10 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
           {static_cast<double>(x.numel()),
            fwd_bwd_seconds(
                x, [&](const at::Tensor& v) { return counter_dropout(v, 0.1, true); }, quick)});
+      double slowest = 0;
+      for (const char* k : {"layer_norm/", "gelu/", "dropout/"})
+        slowest = std::max(slowest, out[std::string(k) + name].back().seconds);
+      if (slowest > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
     }
     // Causal attention over (1, 4 heads, T, 32) for growing T, per head; work counts
     // forward's 4 T^2 d and backward's 8 T^2 d FLOPs (the full square, as the cost
@@ -132,6 +137,7 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
           q, [&](const at::Tensor& x) { return dropped.core(x, k, v); }, quick);
       out[std::string("attention_dropout/") + name].push_back(
           {12 * static_cast<double>(t * t) * 32, sd / 4});
+      if (std::max(s, sd) > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
     }
     // A linear layer (tokens x d) -> 4d with its bias, forward and backward (input,
     // weight and bias gradients): thin transformer shapes run well below a square
@@ -152,6 +158,7 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
       const double s = fwd_bwd_seconds(
           x, [&](const at::Tensor& v) { return at::linear(v, w, b); }, quick);
       out[std::string("linear/") + name].push_back({6.0 * static_cast<double>(n * d * 4 * d), s});
+      if (s > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
     }
   }
   // AdamW's update of fp32 parameters, per element (Note [AdamW past the caches]).

@@ -35,6 +35,15 @@ double median_seconds(Fn fn, int min_reps, double budget_s) {
   return median(t);
 }
 
+// Note [slow dtypes in calibration]: a sweep over growing sizes stops after the first
+// size whose one call took longer than this; the profile's curves take the rate of
+// their largest point beyond it (curve_seconds). On a CPU without bf16 instructions
+// (AVX2 only) a bf16 multiply runs at 0.4-2 GFLOP/s against fp32's 50-130, and timing
+// the bf16 curves to their full sizes took most of a 387 s calibration at 4 ranks, the
+// one-rank part alone 241 s; the sizes past a quarter second add no rate a step of
+// such a machine would run at.
+inline constexpr double kSlowestTimedCall = 0.25;
+
 std::vector<GemmPoint> gemm_curve(at::ScalarType dtype, int64_t largest, bool quick);
 double memory_bandwidth(bool quick);
 std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick);

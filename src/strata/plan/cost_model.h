@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "strata/models/flavours.h"
 #include "strata/plan/layouts.h"
@@ -64,6 +65,9 @@ struct CostOptions {
   // The machine's time now over the profile's (Note [the machine now]): every term of a
   // step is multiplied by it; 1: the machine as calibrated.
   double speed = 1.0;
+  // DDP's bucket caps (parallel.first_bucket_mb, parallel.bucket_cap_mb) in bytes: one
+  // all-reduce per bucket (Note [DDP's buckets priced as issued]).
+  double first_bucket_bytes = 1 << 20, bucket_cap_bytes = 25 << 20;
 };
 // One micro-batch's parts on one rank with the machine to itself (before the cores
 // are shared): a block, the first stage's embedding, the last stage's head and loss.
@@ -84,6 +88,11 @@ PartCosts predict_parts(const ModelSpec& spec, const Layout& layout, const CostO
 CostOptions cost_options(const Config& cfg, const HardwareProfile& hw);
 StepPrediction predict_step(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
                             const HardwareProfile& hw);
+// Note [DDP's buckets priced as issued]: the sizes of the all-reduces DDP issues for
+// `grad_bytes` of gradients: the first bucket closes at first_cap, every later one at
+// cap, the last takes what remains (the parameters' own boundaries, which can carry a
+// bucket past its cap, are not modelled). Empty for no gradients.
+std::vector<double> ddp_bucket_bytes(double grad_bytes, double first_cap, double cap);
 // Note [ZeRO collectives in a loaded world]: whether the profile's zero_collective_scale
 // prices the layout's ZeRO collectives (ZeRO on a dp group as large as the world); the
 // cost model prices with it and calibrate fits it under this one condition.
