@@ -92,24 +92,19 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
     for (const int64_t r : rows) {  // rows of a 384-wide stream (the MLP's 1536 for GELU)
       const at::Tensor x = grad_of(at::randn({r, 384}).to(dtype));
       const at::Tensor w = at::ones({384}, dtype), b = at::zeros({384}, dtype);
-      out[std::string("layer_norm/") + name].push_back(
-          {static_cast<double>(x.numel()),
-           fwd_bwd_seconds(
-               x, [&](const at::Tensor& v) { return at::layer_norm(v, {384}, w, b); }, quick)});
+      const double norm = fwd_bwd_seconds(
+          x, [&](const at::Tensor& v) { return at::layer_norm(v, {384}, w, b); }, quick);
+      out[std::string("layer_norm/") + name].push_back({static_cast<double>(x.numel()), norm});
       const at::Tensor h = grad_of(at::randn({r, 1536}).to(dtype));
-      out[std::string("gelu/") + name].push_back(
-          {static_cast<double>(h.numel()),
-           fwd_bwd_seconds(
-               h, [&](const at::Tensor& v) { return at::gelu(v); }, quick)});
+      const double gelu = fwd_bwd_seconds(
+          h, [&](const at::Tensor& v) { return at::gelu(v); }, quick);
+      out[std::string("gelu/") + name].push_back({static_cast<double>(h.numel()), gelu});
       // The residual stream's dropout (the model's own, Note [counter-based dropout]):
       // its hash per element is compute, not traffic.
-      out[std::string("dropout/") + name].push_back(
-          {static_cast<double>(x.numel()),
-           fwd_bwd_seconds(
-               x, [&](const at::Tensor& v) { return counter_dropout(v, 0.1, true); }, quick)});
-      double slowest = 0;
-      for (const char* k : {"layer_norm/", "gelu/", "dropout/"})
-        slowest = std::max(slowest, out[std::string(k) + name].back().seconds);
+      const double dropout = fwd_bwd_seconds(
+          x, [&](const at::Tensor& v) { return counter_dropout(v, 0.1, true); }, quick);
+      out[std::string("dropout/") + name].push_back({static_cast<double>(x.numel()), dropout});
+      const double slowest = std::max({norm, gelu, dropout});
       if (slowest > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
     }
     // Causal attention over (1, 4 heads, T, 32) for growing T, per head; work counts

@@ -477,11 +477,11 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
       // ms of latency, the debug GPT's two buckets (1 MiB, then the rest) at dp=4 were
       // priced 13.6 ms against 22-24 ms of them exposed in the run (DDP's own timers,
       // what ran after backward's computation ended), the d384 GPT's four 92 ms
-      // against 98-106. And the calibration fits its step scale on the reference with
-      // the priced dp time subtracted (Note [step calibration]): what the one latency
-      // left out became a factor on compute, which priced smaller steps under and
-      // larger ones over (bert-debug at 4 ranks, whose steps are the shortest, 13.8%
-      // under at the median).
+      // against 98-106. The calibration fits its step scale on the reference with the
+      // priced dp time subtracted (Note [step calibration]), so what the one latency
+      // left out became a factor on compute; but it is a small part of what a 4-rank
+      // step carries beyond the model: re-priced on the same runs, each bench row's
+      // signed median moved by at most 0.4 points.
       double comm = 0;
       for (const double b : ddp_bucket_bytes(grad_bytes, o.first_bucket_bytes, o.bucket_cap_bytes))
         comm += dp_coll("all_reduce", b);

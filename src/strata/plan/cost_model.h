@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/core/config.h"
 #include "strata/models/flavours.h"
 #include "strata/plan/layouts.h"
 #include "strata/plan/profile.h"
@@ -65,9 +66,11 @@ struct CostOptions {
   // The machine's time now over the profile's (Note [the machine now]): every term of a
   // step is multiplied by it; 1: the machine as calibrated.
   double speed = 1.0;
-  // DDP's bucket caps (parallel.first_bucket_mb, parallel.bucket_cap_mb) in bytes: one
-  // all-reduce per bucket (Note [DDP's buckets priced as issued]).
-  double first_bucket_bytes = 1 << 20, bucket_cap_bytes = 25 << 20;
+  // DDP's bucket caps (parallel.first_bucket_mb, parallel.bucket_cap_mb) in bytes, the
+  // config's defaults unless set: one all-reduce per bucket (Note [DDP's buckets priced
+  // as issued]).
+  double first_bucket_bytes = ParallelConfig{}.first_bucket_mb * (1 << 20);
+  double bucket_cap_bytes = ParallelConfig{}.bucket_cap_mb * (1 << 20);
 };
 // One micro-batch's parts on one rank with the machine to itself (before the cores
 // are shared): a block, the first stage's embedding, the last stage's head and loss.
