@@ -141,6 +141,25 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   // over-count), and a pipeline's pair does not.
   loaded_sp.tp_collective_scale[4] = {{1e3, 0.5}};
   EXPECT_NEAR(predict_step(s, sp4, o16, loaded_sp).tp_comm_s, 0.5 * sp_fitted, 1e-12);
+  // Note [sequence-parallel collectives in a run]: what the run's all-reduce of those
+  // bytes costs (the factor times the all-reduce's fit), never more than their own fit:
+  // an all-reduce fit with 3x the latency, which the factor was fitted against, leaves
+  // the gathers and scatters at half of it, and the parameters' small all-reduces too.
+  HardwareProfile slow_ar = loaded_sp;
+  slow_ar.loaded_collectives["all_reduce"][4][2] = {3e-4, 1e9};
+  const double act = 2.0 * 128 * 256 * 4;
+  const double ag4 = slow_ar.collective_seconds("all_gather", 2, act, 0, 4);
+  const double in_run = 0.5 * slow_ar.collective_seconds("all_reduce", 2, act, 0, 4);
+  ASSERT_LT(in_run, ag4);
+  ASSERT_GT(in_run, 0.5 * ag4);
+  const double p4 = 0.5 * slow_ar.collective_seconds("all_reduce", 2, 256 * 4, 0, 4);
+  EXPECT_NEAR(predict_step(s, sp4, o16, slow_ar).tp_comm_s,
+              4 * (4 * (10 * in_run + 6 * p4) + 4 * in_run + 6 * p4), 1e-12);
+  // With 30x the latency, half of it is over the gathers' and scatters' own fits: those.
+  slow_ar.loaded_collectives["all_reduce"][4][2] = {3e-3, 1e9};
+  const double p30 = 0.5 * slow_ar.collective_seconds("all_reduce", 2, 256 * 4, 0, 4);
+  EXPECT_NEAR(predict_step(s, sp4, o16, slow_ar).tp_comm_s,
+              4 * (4 * (10 * ag4 + 6 * p30) + 4 * ag4 + 6 * p30), 1e-12);
   Layout sp_piped = layout(1, 2, 2, 2, "1f1b");
   sp_piped.sequence_parallel = true;
   HardwareProfile loaded_sp_unscaled = loaded_sp;

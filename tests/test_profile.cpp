@@ -80,11 +80,48 @@ TEST(Profile, LookupsInterpolateRatesAndScaleCollectives) {
   EXPECT_DOUBLE_EQ(p.step_scale_for(1), 1.0);
   EXPECT_DOUBLE_EQ(p.step_scale_for(3), 1.3);
   EXPECT_DOUBLE_EQ(p.step_scale_for(16), 1.1);
-  // The compute slowdown: contention times step scale at whole ranks, linear between.
+  // The compute slowdown: contention times step scale at the measured worlds, linear
+  // between them (Note [calibrated worlds]: 3 ranks lie halfway between 2 and 4, not at
+  // 2's step scale), between whole numbers beyond the largest.
   EXPECT_DOUBLE_EQ(p.compute_slowdown(1), 1.0);
   EXPECT_DOUBLE_EQ(p.compute_slowdown(2), 1.2 * 1.3);
-  EXPECT_DOUBLE_EQ(p.compute_slowdown(3), 1.9 * 1.3);
-  EXPECT_DOUBLE_EQ(p.compute_slowdown(3.5), (1.9 * 1.3 + 2.6 * 1.1) / 2);
+  EXPECT_DOUBLE_EQ(p.compute_slowdown(3), (1.2 * 1.3 + 2.6 * 1.1) / 2);
+  EXPECT_DOUBLE_EQ(p.compute_slowdown(3.5), 1.2 * 1.3 + (2.6 * 1.1 - 1.2 * 1.3) * 0.75);
+  EXPECT_DOUBLE_EQ(p.compute_slowdown(1.5), (1.0 + 1.2 * 1.3) / 2);
+  EXPECT_DOUBLE_EQ(p.compute_slowdown(5), 2.6 * 2.5 / 2 * 1.1);
+  EXPECT_DOUBLE_EQ(p.compute_slowdown(4.5), (2.6 * 1.1 + 2.6 * 2.5 / 2 * 1.1) / 2);
+  // Every world measured: whole numbers, linear between, as before.
+  p.contention[3] = 1.8, p.step_scale[3] = 1.25;
+  EXPECT_DOUBLE_EQ(p.compute_slowdown(3), 1.8 * 1.25);
+  EXPECT_DOUBLE_EQ(p.compute_slowdown(3.5), (1.8 * 1.25 + 2.6 * 1.1) / 2);
+}
+
+TEST(Profile, CalibratedWorldsArePowersOfTwoAndTheWorld) {
+  // Note [calibrated worlds].
+  EXPECT_EQ(calibrated_worlds(1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(calibrated_worlds(2), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(calibrated_worlds(3), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(calibrated_worlds(4), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(calibrated_worlds(6), (std::vector<int64_t>{1, 2, 4, 6}));
+  EXPECT_EQ(calibrated_worlds(8), (std::vector<int64_t>{1, 2, 4, 8}));
+}
+
+TEST(Profile, SweepStopsAfterTheFirstSlowCall) {
+  // Note [slow dtypes in calibration]: the size that first runs past the limit is the
+  // last timed, even where a later one would be quicker; none past it: all timed.
+  std::vector<int> timed;
+  const std::vector<double> seconds{0.01, 0.1, 0.3, 0.05, 2.0};
+  auto time_at = [&](int i) {
+    timed.push_back(i);
+    return seconds[i];
+  };
+  EXPECT_EQ(sweep_until_slow(std::vector<int>{0, 1, 2, 3, 4}, time_at), 3u);
+  EXPECT_EQ(timed, (std::vector<int>{0, 1, 2}));
+  timed.clear();
+  EXPECT_EQ(sweep_until_slow(std::vector<int>{0, 1, 3}, time_at), 3u);
+  timed.clear();
+  EXPECT_EQ(sweep_until_slow(std::vector<int>{0, 1, 2}, time_at, 0.05), 2u);
+  EXPECT_EQ(timed, (std::vector<int>{0, 1}));
 }
 
 TEST(Profile, LinkFitRecoversLatencyAndBandwidth) {
@@ -222,6 +259,11 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     EXPECT_GE(p.kernels.count(k) ? p.kernels.at(k).size() : 0u, 1u) << k;
   EXPECT_GT(p.op_overhead_s, 0);
   EXPECT_GE(p.contention.at(2), 1.0);
+  // Note [calibrated worlds]: 1, 2 and 4 ranks; 3 is interpolated.
+  EXPECT_EQ(p.step_scale.count(3), 0u);
+  EXPECT_EQ(p.contention.count(3), 0u);
+  EXPECT_EQ(p.step_scale.count(4), 1u);
+  EXPECT_NE(r.output.find("worlds of 1, 2, 4 rank(s)"), std::string::npos) << r.output;
   for (int64_t g : {1, 2}) {  // near 1: the kernels' sum is most of a step
     EXPECT_GT(p.step_scale.at(g), 0.5) << g;
     EXPECT_LT(p.step_scale.at(g), 3.0) << g;

@@ -56,7 +56,7 @@ namespace {
 // 4-rank scale came out 1.01-1.65, and the bench rows that followed ran at a median of
 // 0.46x to 1.37x the profile's speed (the drift anchor), which no model term can
 // absorb. Two runs back to back (pooled) still caught one moment. So each reference runs
-// once a round, and the rounds go over every world in turn (1, 2, .., N ranks, then
+// once a round, and the rounds go over every world in turn (1, 2, 4, .., N ranks, then
 // again), so a reference's runs lie about 20 s apart; its scale takes the fastest
 // run (fastest_run), as the validation bench counts each layout's fastest pass (Note
 // [bench passes]): a slow moment only adds time, so the fastest of a few runs is the
@@ -67,6 +67,26 @@ namespace {
 // fastest of three rounds against two runs pooled); calibrate takes about 20 s longer.
 // (reference_steps, in measure.cpp, runs a reference; strata plan runs it too: Note
 // [the machine now].)
+
+// Note [calibration time]: a calibration should take under 2 minutes. On the AVX2
+// machine of 2026-12-07 `strata calibrate --nproc 4` took 168-174 s: the one-rank
+// curves 30 s, the collectives over 2, 3 and 4 ranks 9, 14 and 31 s, and 21 reference
+// runs 84 s (a 4-rank run of 8 steps costs 4-5.5 s, 1.8 s of it starting the ranks).
+// Four cuts brought it to 107 and 120 s (two calibrations):
+//  - the worlds in between are interpolated (Note [calibrated worlds]): -23 s;
+//  - a collective's small sizes (which fix its latency) take 12 repetitions a round, not
+//    24; the three rounds and three passes (Note [collective calibration, three
+//    passes]) stay, and the passes' latency ranges came out as wide as before;
+//  - a call slower than kSlowestTimedCall is timed once after its warm-up, not three
+//    times: the fp32 multiply at 2048 and each dtype's last point of a sweep;
+//  - the corrections fitted on top of the step scale (the tp=2 references and the ZeRO
+//    one) take the fastest of two rounds; the data-parallel reference, whose step scale
+//    every layout takes, keeps three. The three rounds' gain was at one rank (the
+//    figure's spread 11.4% to 6.8%); at four ranks, where one run's steps are long
+//    enough to average the moments, it was 5.8% to 5.1%.
+// A reference keeps its 8 steps: it stands for the bench's 8-step runs, and with 6
+// the median would take the slower third and fourth steps (the debug GPT at dp=4 ran
+// 486, 470, then 388-433 ms) and price every layout a few percent over.
 
 // The fits of each collective over the ranks of `c`.
 nlohmann::json time_collectives_once(Comm& c, bool quick) {
@@ -103,7 +123,7 @@ nlohmann::json time_collectives_once(Comm& c, bool quick) {
       // Every rank runs the same number of repetitions (a collective needs them all),
       // each after a slice of compute, as a training step issues them (Note [collective
       // calibration]); the compute's own time is subtracted.
-      const int reps = quick ? 4 : (bytes >= (1 << 20) ? 8 : 24);
+      const int reps = quick ? 4 : (bytes >= (1 << 20) ? 8 : 12);  // Note [calibration time]
       once();
       std::vector<double> t;
       for (int round = 0; round < 3; ++round) {
@@ -225,8 +245,12 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   p.threads = threads;
   p.cores = cores;
   p.ranks_per_node = a.nproc;
-  std::printf("calibrate: %s, %lld thread(s) per rank, collectives over 2..%lld ranks (gloo)\n",
-              host, static_cast<long long>(threads), static_cast<long long>(a.nproc));
+  // Note [calibrated worlds]: the worlds in between are interpolated.
+  const std::vector<int64_t> worlds = calibrated_worlds(a.nproc);
+  std::string listed;
+  for (const int64_t g : worlds) listed += (listed.empty() ? "" : ", ") + std::to_string(g);
+  std::printf("calibrate: %s, %lld thread(s) per rank, worlds of %s rank(s) (gloo)\n", host,
+              static_cast<long long>(threads), listed.c_str());
   p.gemm["fp32"] = gemm_curve(at::kFloat, a.quick ? 256 : 2048, a.quick);
   p.gemm["bf16"] = gemm_curve(at::kBFloat16, a.quick ? 256 : 1024, a.quick);
   for (const char* d : {"fp32", "bf16"})
@@ -243,7 +267,8 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
                 pts.back().seconds / pts.back().work * 1e9);
   std::printf("  op overhead: %.1f us per op (forward and backward)\n", p.op_overhead_s * 1e6);
   std::vector<double> alone_mix;  // the one-rank mix's time at each moment it was taken
-  for (int64_t g = 2; g <= a.nproc; ++g) {
+  for (const int64_t g : worlds) {
+    if (g < 2) continue;
     // Alone just before the g ranks, and again after: this machine's speed drifts over
     // a calibration, and a ratio of two moments apart carried it (4 ranks came out
     // anywhere from 1.9x to 2.65x).
@@ -287,7 +312,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
         p.loaded_collectives[op][g][std::stoll(size)] =
             fit_of(f, op + " over " + size + " of " + ranks + ", all groups at once");
   }
-  // The reference runs, a round at a time over every world (Note [step calibration,
+  // The reference runs, a round at a time over every calibrated world (Note [step calibration,
   // spread runs]); where the ranks outnumber the cores, the tensor-parallel reference
   // and its micro-batch-1 run too (Note [tensor-parallel collectives in a run]).
   const int rounds = a.quick ? 1 : 3;
@@ -302,10 +327,13 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
   auto has_tp = [&](int64_t g) { return g % 2 == 0 && g * threads > cores; };
   std::map<int64_t, std::vector<std::vector<double>>> dp_runs, zero_runs;
   std::map<int64_t, std::vector<MeasuredSteps>> tp_runs, small_runs;
+  // The corrections on top of the step scale take the fastest of two (Note [calibration
+  // time]).
+  const int extra_rounds = std::min(rounds, 2);
   for (int round = 0; round < rounds; ++round)
-    for (int64_t g = 1; g <= a.nproc; ++g) {
+    for (const int64_t g : worlds) {
       dp_runs[g].push_back(reference_steps(dp_ref(g), threads, self_exe).step_s);
-      if (!has_tp(g)) continue;
+      if (!has_tp(g) || round >= extra_rounds) continue;
       tp_runs[g].push_back(reference_steps(tp_ref(g), threads, self_exe));
       small_runs[g].push_back(reference_steps(tp_small(g), threads, self_exe));
       zero_runs[g].push_back(reference_steps(zero_ref(g), threads, self_exe).step_s);

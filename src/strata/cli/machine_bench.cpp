@@ -9,15 +9,24 @@
 namespace strata {
 
 std::vector<GemmPoint> gemm_curve(at::ScalarType dtype, int64_t largest, bool quick) {
+  std::vector<int64_t> sizes;
+  for (int64_t n = 64; n <= largest; n *= quick ? 4 : 2) sizes.push_back(n);
   std::vector<GemmPoint> out;
-  for (int64_t n = 64; n <= largest; n *= quick ? 4 : 2) {
+  sweep_until_slow(sizes, [&](int64_t n) {
     // A transformer's shapes are (tokens x d) by (d x 4d) and the like: rectangular,
     // here (2n x n) by (n x 2n).
     const at::Tensor a = at::randn({2 * n, n}).to(dtype), b = at::randn({n, 2 * n}).to(dtype);
     const double s = median_seconds([&] { (void)at::mm(a, b); }, quick ? 2 : 3, quick ? 0.05 : 0.3);
     out.push_back({2.0 * (2 * n) * n * (2 * n), s});
-    if (s > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
-  }
+    return s;
+  });
+  return out;
+}
+
+std::vector<int64_t> calibrated_worlds(int64_t nproc) {
+  std::vector<int64_t> out;
+  for (int64_t g = 1; g < nproc; g *= 2) out.push_back(g);
+  out.push_back(nproc);
   return out;
 }
 
@@ -89,7 +98,9 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
   }
   for (const auto& [dtype, name] :
        {std::pair{at::kFloat, "fp32"}, std::pair{at::kBFloat16, "bf16"}}) {
-    for (const int64_t r : rows) {  // rows of a 384-wide stream (the MLP's 1536 for GELU)
+    // Rows of a 384-wide stream (the MLP's 1536 for GELU); each row count's slowest
+    // kernel decides the stop (Note [slow dtypes in calibration]), as below.
+    sweep_until_slow(rows, [&](int64_t r) {
       const at::Tensor x = grad_of(at::randn({r, 384}).to(dtype));
       const at::Tensor w = at::ones({384}, dtype), b = at::zeros({384}, dtype);
       const double norm = fwd_bwd_seconds(
@@ -104,14 +115,14 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
       const double dropout = fwd_bwd_seconds(
           x, [&](const at::Tensor& v) { return counter_dropout(v, 0.1, true); }, quick);
       out[std::string("dropout/") + name].push_back({static_cast<double>(x.numel()), dropout});
-      const double slowest = std::max({norm, gelu, dropout});
-      if (slowest > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
-    }
+      return std::max({norm, gelu, dropout});
+    });
     // Causal attention over (1, 4 heads, T, 32) for growing T, per head; work counts
     // forward's 4 T^2 d and backward's 8 T^2 d FLOPs (the full square, as the cost
     // model does).
-    for (const int64_t t :
-         quick ? std::vector<int64_t>{128, 512} : std::vector<int64_t>{64, 128, 256, 512, 1024}) {
+    const std::vector<int64_t> lengths =
+        quick ? std::vector<int64_t>{128, 512} : std::vector<int64_t>{64, 128, 256, 512, 1024};
+    sweep_until_slow(lengths, [&](int64_t t) {
       const at::Tensor q = grad_of(at::randn({1, 4, t, 32}).to(dtype));
       const at::Tensor k = at::randn({1, 4, t, 32}).to(dtype),
                        v = at::randn({1, 4, t, 32}).to(dtype);
@@ -132,29 +143,26 @@ std::map<std::string, std::vector<KernelPoint>> kernel_curves(bool quick) {
           q, [&](const at::Tensor& x) { return dropped.core(x, k, v); }, quick);
       out[std::string("attention_dropout/") + name].push_back(
           {12 * static_cast<double>(t * t) * 32, sd / 4});
-      if (std::max(s, sd) > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
-    }
+      return std::max(s, sd);
+    });
     // A linear layer (tokens x d) -> 4d with its bias, forward and backward (input,
     // weight and bias gradients): thin transformer shapes run well below a square
     // multiply's rate. Work: its 6 N d 4d FLOPs.
-    for (const auto& [n, d] :
-         quick ? std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {2048, 128}}
-               : std::vector<std::pair<int64_t, int64_t>>{{64, 64},
-                                                          {128, 64},
-                                                          {128, 128},
-                                                          {512, 128},
-                                                          {2048, 128},
-                                                          {2048, 256},
-                                                          {8192, 256},
-                                                          {8192, 512}}) {
+    using Shape = std::pair<int64_t, int64_t>;
+    const std::vector<Shape> shapes =
+        quick ? std::vector<Shape>{{128, 128}, {2048, 128}}
+              : std::vector<Shape>{{64, 64},    {128, 64},   {128, 128},  {512, 128},
+                                   {2048, 128}, {2048, 256}, {8192, 256}, {8192, 512}};
+    sweep_until_slow(shapes, [&](const Shape& shape) {
+      const auto [n, d] = shape;
       const at::Tensor x = grad_of(at::randn({n, d}).to(dtype));
       const at::Tensor w = grad_of(at::randn({4 * d, d}).to(dtype)),
                        b = grad_of(at::zeros({4 * d}).to(dtype));
       const double s = fwd_bwd_seconds(
           x, [&](const at::Tensor& v) { return at::linear(v, w, b); }, quick);
       out[std::string("linear/") + name].push_back({6.0 * static_cast<double>(n * d * 4 * d), s});
-      if (s > kSlowestTimedCall) break;  // Note [slow dtypes in calibration]
-    }
+      return s;
+    });
   }
   // AdamW's update of fp32 parameters, per element (Note [AdamW past the caches]).
   for (const AdamWShape& shape : adamw_calibration_shapes(quick)) {

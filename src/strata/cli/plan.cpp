@@ -46,12 +46,14 @@ struct Ranked {
 // reference itself before pricing (the debug GPT, data parallel over the planned ranks,
 // micro-batch 4, two a step: 8 steps, twice, the fastest run's median as calibrate
 // takes it) and multiplies every predicted term by its step over the profile's
-// prediction for it (speed_now). That is about 5-10 s here; a world the profile has no
-// reference for, or threads per rank other than its own, keeps the profile as it is.
+// prediction for it (speed_now). That is about 5-10 s here; a world past the profile's
+// largest reference, or threads per rank other than its own, keeps the profile as it is.
+// A world inside the range that calibrate skipped (Note [calibrated worlds]) is anchored
+// the same way: its interpolated prediction is what the factor corrects.
 double machine_speed_now(const HardwareProfile& hw, int64_t nproc, int64_t threads,
                          const std::string& self_exe) {
-  if (self_exe.empty() || hw.device != "cpu" || !hw.step_scale.count(nproc) ||
-      !profile_threads_mismatch(hw, threads).empty())
+  if (self_exe.empty() || hw.device != "cpu" || hw.step_scale.empty() ||
+      nproc > hw.step_scale.rbegin()->first || !profile_threads_mismatch(hw, threads).empty())
     return 1.0;
   const auto t0 = std::chrono::steady_clock::now();
   const ReferenceRun ref{nproc, 1, kReferenceMicroBatch, 2};

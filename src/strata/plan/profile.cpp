@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
@@ -88,9 +89,19 @@ double HardwareProfile::compute_slowdown(double ranks, bool tp) const {
     return compute_share(static_cast<double>(g)) * step_scale_for(g, tp);
   };
   ranks = std::max(1.0, ranks);
-  const auto lo = static_cast<int64_t>(std::floor(ranks));
-  const double frac = ranks - static_cast<double>(lo);
-  return frac == 0 ? at(lo) : at(lo) + (at(lo + 1) - at(lo)) * frac;
+  // Linear between the nearest measured worlds around `ranks` (Note [calibrated
+  // worlds]: calibrate may skip some); beyond the largest, between whole numbers.
+  std::set<int64_t> measured{1};
+  for (const auto& [g, unused] : step_scale) measured.insert(g);
+  auto hi = measured.lower_bound(static_cast<int64_t>(std::ceil(ranks)));
+  int64_t lo_g = static_cast<int64_t>(std::floor(ranks)), hi_g = lo_g + 1;
+  if (hi != measured.end()) {
+    hi_g = *hi;
+    lo_g = *std::prev(measured.upper_bound(static_cast<int64_t>(std::floor(ranks))));
+  }
+  if (lo_g == hi_g || ranks == static_cast<double>(lo_g)) return at(lo_g);
+  const double frac = (ranks - static_cast<double>(lo_g)) / static_cast<double>(hi_g - lo_g);
+  return at(lo_g) + (at(hi_g) - at(lo_g)) * frac;
 }
 
 double HardwareProfile::peak_flops(const std::string& dtype) const {

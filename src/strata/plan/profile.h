@@ -100,8 +100,9 @@ struct HardwareProfile {
   double zero_collective_scale_for(int64_t ranks) const;
   // CPU profiles: what stretches each rank's compute with `ranks` ranks computing (a
   // fraction when some wait), the trainer's own work included: the contention times
-  // the step scale at each whole number of ranks, linear between them (Note [step
-  // calibration]: the product is what a reference run measures, steadier than either).
+  // the step scale at each measured world, linear between them (Note [step
+  // calibration]: the product is what a reference run measures, steadier than either;
+  // Note [calibrated worlds]), and between whole numbers of ranks beyond the largest.
   double compute_slowdown(double ranks, bool tp = false) const;
   // The highest measured rate (FLOP/s), the peak MFU is reported against.
   double peak_flops(const std::string& dtype) const;
