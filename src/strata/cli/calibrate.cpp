@@ -72,11 +72,14 @@ namespace {
 // machine of 2026-12-07 `strata calibrate --nproc 4` took 168-174 s: the one-rank
 // curves 30 s, the collectives over 2, 3 and 4 ranks 9, 14 and 31 s, and 21 reference
 // runs 84 s (a 4-rank run of 8 steps costs 4-5.5 s, 1.8 s of it starting the ranks).
-// Four cuts brought it to 107 and 120 s (two calibrations):
+// Four cuts brought it to 107-120 s in three calibrations:
 //  - the worlds in between are interpolated (Note [calibrated worlds]): -23 s;
 //  - a collective's small sizes (which fix its latency) take 12 repetitions a round, not
-//    24; the three rounds and three passes (Note [collective calibration, three
-//    passes]) stay, and the passes' latency ranges came out as wide as before;
+//    24 (-13 s); the three rounds and three passes (Note [collective calibration, three
+//    passes]) stay. The 4-rank fits moved as much with 24 as with 12: the all-gather's
+//    latency came out 4.29, 4.58 and 5.65 ms in three calibrations with 12, and 4.79,
+//    4.83, 5.11 and 6.93 ms in four with 24 the same day (the machine, not the count:
+//    the one at 6.93 ran while the machine's speed moved 26%);
 //  - a call slower than kSlowestTimedCall is timed once after its warm-up, not three
 //    times: the fp32 multiply at 2048 and each dtype's last point of a sweep;
 //  - the corrections fitted on top of the step scale (the tp=2 references and the ZeRO
@@ -84,9 +87,9 @@ namespace {
 //    every layout takes, keeps three. The three rounds' gain was at one rank (the
 //    figure's spread 11.4% to 6.8%); at four ranks, where one run's steps are long
 //    enough to average the moments, it was 5.8% to 5.1%.
-// A reference keeps its 8 steps: it stands for the bench's 8-step runs, and with 6
-// the median would take the slower third and fourth steps (the debug GPT at dp=4 ran
-// 486, 470, then 388-433 ms) and price every layout a few percent over.
+// A reference keeps its 8 steps: it stands for the bench's 8-step runs, and with 6 the
+// median would take the slower third and fourth steps (the debug GPT at dp=4 ran 486,
+// 470, then 388-433 ms) and price every layout a few percent over.
 
 // The fits of each collective over the ranks of `c`.
 nlohmann::json time_collectives_once(Comm& c, bool quick) {
