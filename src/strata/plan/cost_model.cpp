@@ -143,18 +143,20 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
     return (l.pp > 1 ? std::max(f, 1.0) : f) * coll("all_reduce", bytes);
   };
   // Note [sequence-parallel collectives in a run]: in a dp x tp world they were priced
-  // at their own loaded fit times the all-reduces' factor (capped at one). That factor
-  // is the run's all-reduce time over the all-reduce's fit, and the fit's latency swings
-  // between calibrations (2.0-2.8 ms for a loaded pair here) while the run's time does
-  // not (1.0-1.2 ms a call at 43-48 KiB), so the factor swung with it (0.35-0.72 at 48
-  // KiB over five calibrations on 2026-12-07) and carried the swing to the gathers' and
-  // scatters' fits, which had not moved: at 0.35 the debug GPT's dp=2 x tp=2 sp layout
-  // at micro-batch 1 (272 all-gathers, 208 reduce-scatters and 241 small all-reduces a
-  // step, 0.84-0.89, 1.01-1.04 and 1.05 ms each by the run's timers) was priced 0.53,
-  // 0.67 and 0.98 ms per call, and came out 35-38% under in chain c27. So each now
-  // costs what the run's all-reduce of its bytes costs (the factor times that fit: 0.99
-  // ms there), never more than its own fit; re-priced on the same profiles, that
-  // layout went to 24.5% under and c26's bert-debug one, priced over, came down 4%.
+  // at their own loaded fit times the all-reduces' factor (capped at one), as if a
+  // gather's fit moved with the all-reduce's from one calibration to the next. It does
+  // not: over ten calibrations on the machine of 2026-12-07 a loaded pair's all-gather
+  // latency came out 0.45-1.34x its all-reduce's, and the factor (the run's all-reduce
+  // time over the all-reduce's fit: 0.35-1.20 at 48 KiB) carried the all-reduce fit's
+  // moment onto the gathers. At 0.35 (an all-reduce fit of 2.81 ms, a gather's of 1.46)
+  // the debug GPT's dp=2 x tp=2 sp layout at micro-batch 1 (272 all-gathers, 208
+  // reduce-scatters and 241 small all-reduces a step, 0.84-0.89, 1.01-1.04 and 1.05 ms
+  // each by the run's timers, where the same layout's all-reduces without sp took 1.2
+  // ms) was priced 0.53, 0.67 and 0.98 ms a call and came out 35-38% under in chain
+  // c27. So each now costs what the run's all-reduce of its bytes costs (the factor
+  // times the all-reduce's fit: 0.99 ms there), never more than its own fit. Re-priced
+  // on that profile the layout came to 24.5% under, its tp time 709 ms against about 700
+  // measured; the rest lies outside the collectives' timers.
   auto sp_coll = [&](const char* op, double bytes) {
     if (l.pp > 1 || l.tp == l.ranks()) return coll(op, bytes);
     return std::min(coll(op, bytes), factor(bytes) * coll("all_reduce", bytes));
