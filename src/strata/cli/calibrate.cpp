@@ -72,7 +72,7 @@ namespace {
 // machine of 2026-12-07 `strata calibrate --nproc 4` took 168-174 s: the one-rank
 // curves 30 s, the collectives over 2, 3 and 4 ranks 9, 14 and 31 s, and 21 reference
 // runs 84 s (a 4-rank run of 8 steps costs 4-5.5 s, 1.8 s of it starting the ranks).
-// Four cuts brought it to 107-120 s in three calibrations:
+// Four cuts brought it to 107-121 s in four calibrations (107.3, 120.5, 118.5, 110.1):
 //  - the worlds in between are interpolated (Note [calibrated worlds]): -23 s;
 //  - a collective's small sizes (which fix its latency) take 12 repetitions a round, not
 //    24 (-13 s); the three rounds and three passes (Note [collective calibration, three
