@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <set>
 
 #include "strata/core/errors.h"
 #include "strata/core/files.h"
@@ -91,13 +90,15 @@ double HardwareProfile::compute_slowdown(double ranks, bool tp) const {
   ranks = std::max(1.0, ranks);
   // Linear between the nearest measured worlds around `ranks` (Note [calibrated
   // worlds]: calibrate may skip some); beyond the largest, between whole numbers.
-  std::set<int64_t> measured{1};
-  for (const auto& [g, unused] : step_scale) measured.insert(g);
-  auto hi = measured.lower_bound(static_cast<int64_t>(std::ceil(ranks)));
-  int64_t lo_g = static_cast<int64_t>(std::floor(ranks)), hi_g = lo_g + 1;
-  if (hi != measured.end()) {
-    hi_g = *hi;
-    lo_g = *std::prev(measured.upper_bound(static_cast<int64_t>(std::floor(ranks))));
+  // One rank counts as measured (its slowdown is the step scale alone). Read straight
+  // off step_scale: this runs at every event of a pipeline's simulation.
+  const auto below = static_cast<int64_t>(std::floor(ranks));
+  int64_t lo_g = below, hi_g = below + 1;
+  if (const auto hi = step_scale.lower_bound(static_cast<int64_t>(std::ceil(ranks)));
+      hi != step_scale.end()) {
+    const auto lo = step_scale.upper_bound(below);
+    hi_g = hi->first;
+    lo_g = lo == step_scale.begin() ? 1 : std::max<int64_t>(1, std::prev(lo)->first);
   }
   if (lo_g == hi_g || ranks == static_cast<double>(lo_g)) return at(lo_g);
   const double frac = (ranks - static_cast<double>(lo_g)) / static_cast<double>(hi_g - lo_g);
