@@ -90,7 +90,7 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_NEAR(tl.tp_comm_s - tu.tp_comm_s, 4 * (4 * 4 + 2 + 3) * 9e-5, 1e-9);
   // Note [tensor-parallel collectives in a run]: the profile's tp collective scale for
   // that world multiplies the activations' all-reduces (Note [tensor-parallel
-  // collectives beside a pipeline]), not the loss's small ones; a tp group as large as
+  // collectives beside a pipeline]) and the loss's small ones; a tp group as large as
   // the world keeps its own fit.
   const CostOptions o16{"fp32", 16, 0.5};
   const double ar_l = loaded.collective_seconds("all_reduce", 2, 2.0 * 128 * 256 * 4, 0, 4);
@@ -98,7 +98,7 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_NEAR(tl.tp_comm_s, 4 * (18 * ar_l + 3 * small_l), 1e-12);
   loaded.tp_collective_scale[4] = {{1e3, 0.4}};
   EXPECT_NEAR(predict_step(s, layout(2, 2, 1, 2, "1f1b"), o16, loaded).tp_comm_s,
-              4 * (18 * 0.4 * ar_l + 3 * small_l), 1e-12);
+              4 * (18 * 0.4 * ar_l + 3 * 0.4 * small_l), 1e-12);
   // A pipeline's tp pairs take the factor too, never below the fit.
   HardwareProfile unscaled_loaded = loaded;
   unscaled_loaded.tp_collective_scale.clear();
@@ -107,8 +107,8 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_NEAR(predict_step(s, layout(1, 2, 2, 2, "1f1b"), o16, loaded).tp_comm_s, pipelined, 1e-12);
   HardwareProfile slow_pairs = loaded;
   slow_pairs.tp_collective_scale[4] = {{1e3, 1.5}};
-  // The busiest stage's share: its blocks' all-reduces and its end's, at 1.5x; the
-  // loss's three small ones (on the last stage) as fitted.
+  // The busiest stage's share: its blocks' all-reduces, its end's and the loss's three
+  // small ones (on the last stage), all at 1.5x.
   const double piped_slow = predict_step(s, layout(1, 2, 2, 2, "1f1b"), o16, slow_pairs).tp_comm_s;
   EXPECT_GT(piped_slow, 1.3 * pipelined);
   EXPECT_LT(piped_slow, 1.5 * pipelined + 1e-12);
@@ -138,7 +138,8 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   EXPECT_GT(predict_step(s, layout(2, 2, 1, 2, "1f1b"), o16, loaded_sp).tp_comm_s,
             1.9 * tl.tp_comm_s);
   // A factor below one they take (the small messages' lock-step latency the fits
-  // over-count), and a pipeline's pair does not.
+  // over-count), a pipeline's pair too (Note [sequence-parallel collectives beside a
+  // pipeline]).
   loaded_sp.tp_collective_scale[4] = {{1e3, 0.5}};
   EXPECT_NEAR(predict_step(s, sp4, o16, loaded_sp).tp_comm_s, 0.5 * sp_fitted, 1e-12);
   // Note [sequence-parallel collectives in a run]: what the run's all-reduce of those
@@ -165,7 +166,7 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   HardwareProfile loaded_sp_unscaled = loaded_sp;
   loaded_sp_unscaled.tp_collective_scale.clear();
   EXPECT_NEAR(predict_step(s, sp_piped, o16, loaded_sp).tp_comm_s,
-              predict_step(s, sp_piped, o16, loaded_sp_unscaled).tp_comm_s, 1e-12);
+              0.5 * predict_step(s, sp_piped, o16, loaded_sp_unscaled).tp_comm_s, 1e-12);
   // Full recompute replays the forward's collectives only (Note [recompute's
   // collectives]): per block 2 all-reduces, or under SP 2 all-gathers and 2
   // reduce-scatters (none of the replicated parameters' all-reduces, which are
@@ -460,6 +461,58 @@ TEST(CostModel, ZeroCollectiveScalePricesAWorldWideDpGroupOnly) {
   EXPECT_FALSE(takes_zero_collective_scale(pairs));
   l.zero = 0;
   EXPECT_FALSE(takes_zero_collective_scale(l));
+}
+
+TEST(CostModel, TheCollectivesNowPriceTheFitsNoFactorMultiplies) {
+  // Note [the collectives now]: with every fit's latency probed at half, a tp group as
+  // large as the world, a pipeline's transfers and a dp group inside the world pay
+  // less; the tp pairs' activations, whose factor was measured against the fit as
+  // calibrated, and a world-wide dp group (the step scale's, ZeRO's factor's) do not.
+  const ModelSpec s = gpt(4, 1000);
+  HardwareProfile hw = flat(1e18, 0, 1e-3);
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})
+    hw.loaded_collectives[op][4][2] = {2e-3, 1e18};
+  hw.tp_collective_scale[4] = {{1e3, 0.7}};
+  hw.zero_collective_scale[4] = 0.5;
+  HardwareProfile now = hw;
+  now.latency_now_world = 4;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})
+    for (const int64_t g : {2, 4}) now.latency_now[op][g] = 0.5;
+  const CostOptions o{"fp32", 8, 0.0};
+  auto term = [&](const Layout& l, double StepPrediction::*t, const HardwareProfile& p) {
+    return predict_step(s, l, o, p).*t;
+  };
+  // tp=4: every collective its own fit, now at half its latency.
+  const Layout tp4 = layout(1, 4, 1, 1, "1f1b");
+  EXPECT_NEAR(term(tp4, &StepPrediction::tp_comm_s, now),
+              0.5 * term(tp4, &StepPrediction::tp_comm_s, hw), 1e-9);
+  // dp=2 x tp=2: the activations' and the loss's all-reduces keep the factor on the fit
+  // as calibrated; the dp pair's all-reduce takes the probe.
+  const Layout pairs = layout(2, 2, 1, 1, "1f1b");
+  EXPECT_EQ(term(pairs, &StepPrediction::tp_comm_s, now),
+            term(pairs, &StepPrediction::tp_comm_s, hw));
+  EXPECT_LT(term(pairs, &StepPrediction::dp_exposed_s, now),
+            term(pairs, &StepPrediction::dp_exposed_s, hw));
+  // A pipeline's transfers take the probe.
+  const Layout pipe = layout(2, 1, 2, 1, "1f1b");
+  EXPECT_LT(term(pipe, &StepPrediction::step_s, now), term(pipe, &StepPrediction::step_s, hw));
+  // dp=4, plain or ZeRO with the world's factor: the fits as calibrated.
+  Layout wide = layout(4, 1, 1, 1, "1f1b");
+  EXPECT_EQ(term(wide, &StepPrediction::dp_exposed_s, now),
+            term(wide, &StepPrediction::dp_exposed_s, hw));
+  // ZeRO-3: its unit collectives too; the step's scalar norm sum over dp, which no
+  // factor multiplies, takes the probe (half of its 1 ms).
+  wide.zero = 3;
+  EXPECT_NEAR(term(wide, &StepPrediction::dp_exposed_s, hw) -
+                  term(wide, &StepPrediction::dp_exposed_s, now),
+              0.5e-3, 1e-12);
+  // Without a factor for the world, ZeRO's collectives are priced as they stand: now.
+  HardwareProfile bare = now;
+  bare.zero_collective_scale.clear();
+  HardwareProfile bare_then = hw;
+  bare_then.zero_collective_scale.clear();
+  EXPECT_LT(term(wide, &StepPrediction::dp_exposed_s, bare),
+            term(wide, &StepPrediction::dp_exposed_s, bare_then));
 }
 
 TEST(CostModel, TheMachinesSpeedNowMultipliesEveryTerm) {

@@ -131,14 +131,23 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // 0.8-1.1x at micro-batch 1. Kept to the dp x tp layouts, the factors had left the
   // 4-rank rows' pp x tp layouts 14-27% under in two bench chains; with factors below
   // one on pipelines, before the floor, pp x tp layouts at micro-batch 1 had come out
-  // 22-34% under.
+  // 22-34% under. (Its sequence-parallel collectives no longer keep the floor: Note
+  // [sequence-parallel collectives beside a pipeline].)
+  //
+  // The factors were measured against the loaded fits as calibrated and carry their
+  // moment; a fit with no factor on it takes the latency plan timed (coll_now: Note [the
+  // collectives now]). The loss's three small all-reduces take the activations' rule:
+  // what the run's all-reduce of their bytes costs.
   auto coll = [&](const char* op, double bytes) {
     return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
-  auto factor = [&](double bytes) {
-    return l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
+  auto coll_now = [&](const char* op, double bytes) {
+    return hw.collective_seconds_now(op, l.tp, bytes, 0, l.ranks());
   };
+  auto factor = [&](double bytes) { return hw.tp_collective_scale_for(l.ranks(), bytes); };
+  const bool without_factor = l.tp == l.ranks() || !hw.tp_collective_scale.contains(l.ranks());
   auto activation_all_reduce = [&](double bytes) {
+    if (without_factor) return coll_now("all_reduce", bytes);
     const double f = factor(bytes);
     return (l.pp > 1 ? std::max(f, 1.0) : f) * coll("all_reduce", bytes);
   };
@@ -157,8 +166,26 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // times the all-reduce's fit: 0.99 ms there), never more than its own fit. Re-priced
   // on that profile the layout came to 24.5% under, its tp time 709 ms against about 700
   // measured; the rest lies outside the collectives' timers.
+  //
+  // Note [sequence-parallel collectives beside a pipeline]: a pipeline's pair priced its
+  // gathers, scatters and small all-reduces at their loaded fits as they stand (the
+  // floor of Note [tensor-parallel collectives beside a pipeline]), and those fits are
+  // the calibration's least steady figures: a loaded pair's all-reduce latency came out
+  // 1.2-3.2 ms over seven calibrations here. In a run they cost what a dp x tp pair's
+  // do: the debug GPT's pp=2 x tp=2 sp layout at micro-batch 1 measured 0.83-0.91 ms
+  // per all-gather, 1.22 per reduce-scatter (48 KiB) and 0.94-0.98 per small
+  // all-reduce, where c29's fits said 1.70, 2.19 and 3.03 (0.51x, 0.56x and 0.32x; its
+  // factor at 48 KiB was 0.43) and its 4-rank row priced the pp x tp sp layouts 32-95%
+  // over. So they take the dp x tp rule. Re-priced from their profiles, the debug GPT's
+  // 4-rank rows of c28, c29 and c31 went from medians of 18.3%, 16.4% and 30.4% to
+  // 17.7%, 14.0% and 14.2%; bert-debug's c28 row kept its median (11.8%), and its pp x
+  // tp sp layout at micro-batch 4 went from 14% to 32% under (its small all-reduces
+  // 1.57 ms each in a run, priced 1.36 now and 3.16 before: the overcount had covered
+  // a miss elsewhere). A pipeline's activation all-reduces, which follow a block's long
+  // compute, keep the floor: the same pipeline without sp paid 1.83-1.91 ms per
+  // all-reduce of 48 KiB, where the factor says 0.98 and the fit 2.85.
   auto sp_coll = [&](const char* op, double bytes) {
-    if (l.pp > 1 || l.tp == l.ranks()) return coll(op, bytes);
+    if (without_factor) return coll_now(op, bytes);
     return std::min(coll(op, bytes), factor(bytes) * coll("all_reduce", bytes));
   };
   PartCosts c;
@@ -273,7 +300,7 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
       c.last_tp_comm =
           c.last_tp_forward + sp_coll("reduce_scatter", bytes) + small * (bert ? 4 : 2);
     } else {
-      const double loss = 3 * coll("all_reduce", N * 4);
+      const double loss = 3 * activation_all_reduce(N * 4);
       c.first_tp_comm = c.first_tp_forward = activation_all_reduce(bytes);
       c.last_tp_forward = loss;
       c.last_tp_comm = loss + activation_all_reduce(bytes);
@@ -354,9 +381,9 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_forward : 0;
   }
   // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
-  const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
-                                                      N * d * elem / (l.sequence_parallel ? tp : 1),
-                                                      l.dp * l.tp + 1, l.ranks())
+  const double p2p = l.pp > 1 ? hw.collective_seconds_now(
+                                    "send_recv", 2, N * d * elem / (l.sequence_parallel ? tp : 1),
+                                    l.dp * l.tp + 1, l.ranks())
                               : 0;
   // Each action: its compute at full speed, then its collectives or transfer.
   const ActionWorkFn work = [&](int64_t rank, const Action& a) -> ActionWork {
@@ -462,9 +489,15 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   auto hidden = [&](double comm, double behind) {
     return std::max(comm - o.overlap * behind, (1 - o.overlap) * comm);
   };
-  // A dp group spans dp x tp ranks (Note [rank grid]).
+  // A dp group spans dp x tp ranks (Note [rank grid]). One as large as the world keeps
+  // the fit as calibrated: the step scale was fitted over the data-parallel reference
+  // with it (Note [step calibration]), and ZeRO's factor against it (where the world has
+  // one); else it takes the latency plan timed (Note [the collectives now]).
+  const bool dp_as_calibrated =
+      l.dp == l.ranks() && (l.zero == 0 || hw.zero_collective_scale.contains(l.ranks()));
   auto dp_coll = [&](const char* op, double bytes) {
-    return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.ranks());
+    return dp_as_calibrated ? hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.ranks())
+                            : hw.collective_seconds_now(op, l.dp, bytes, l.dp * l.tp, l.ranks());
   };
   // ZeRO's units: this stage's blocks and the root (embeddings, norms, head; on a
   // pipeline, the end stage's).
@@ -575,7 +608,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   const int64_t ends_span = (l.pp - 1) * l.dp * l.tp + 1;  // first to last stage (Note [rank grid])
   if (l.pp > 1 && pc.tied_copy > 0) {
     const double tied = static_cast<double>(pc.tied_copy) * elem;
-    p.dp_exposed_s += 2 * hw.collective_seconds("send_recv", 2, tied, ends_span, l.ranks()) +
+    p.dp_exposed_s += 2 * hw.collective_seconds_now("send_recv", 2, tied, ends_span, l.ranks()) +
                       slowdown * elementwise_seconds(hw, 5 * tied);
   }
   // Note [a step's small collectives]: after its schedule a step sums the gradient
@@ -585,7 +618,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // dp is left out: the calibration's reference (data-parallel, ZeRO-0) runs it, so its
   // step scale carries it already.
   auto scalar = [&](int64_t group, int64_t span) {
-    return hw.collective_seconds("all_reduce", group, 8, span, l.ranks());
+    return hw.collective_seconds_now("all_reduce", group, 8, span, l.ranks());
   };
   if (l.pp > 1) p.dp_exposed_s += 2 * scalar(l.pp, ends_span);
   if (l.tp > 1) p.dp_exposed_s += scalar(l.tp, l.tp);
