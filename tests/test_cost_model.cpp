@@ -463,58 +463,6 @@ TEST(CostModel, ZeroCollectiveScalePricesAWorldWideDpGroupOnly) {
   EXPECT_FALSE(takes_zero_collective_scale(l));
 }
 
-TEST(CostModel, TheCollectivesNowPriceTheFitsNoFactorMultiplies) {
-  // Note [the collectives now]: with every fit's latency probed at half, a tp group as
-  // large as the world, a pipeline's transfers and a dp group inside the world pay
-  // less; the tp pairs' activations, whose factor was measured against the fit as
-  // calibrated, and a world-wide dp group (the step scale's, ZeRO's factor's) do not.
-  const ModelSpec s = gpt(4, 1000);
-  HardwareProfile hw = flat(1e18, 0, 1e-3);
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})
-    hw.loaded_collectives[op][4][2] = {2e-3, 1e18};
-  hw.tp_collective_scale[4] = {{1e3, 0.7}};
-  hw.zero_collective_scale[4] = 0.5;
-  HardwareProfile now = hw;
-  now.latency_now_world = 4;
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})
-    for (const int64_t g : {2, 4}) now.latency_now[op][g] = 0.5;
-  const CostOptions o{"fp32", 8, 0.0};
-  auto term = [&](const Layout& l, double StepPrediction::*t, const HardwareProfile& p) {
-    return predict_step(s, l, o, p).*t;
-  };
-  // tp=4: every collective its own fit, now at half its latency.
-  const Layout tp4 = layout(1, 4, 1, 1, "1f1b");
-  EXPECT_NEAR(term(tp4, &StepPrediction::tp_comm_s, now),
-              0.5 * term(tp4, &StepPrediction::tp_comm_s, hw), 1e-9);
-  // dp=2 x tp=2: the activations' and the loss's all-reduces keep the factor on the fit
-  // as calibrated; the dp pair's all-reduce takes the probe.
-  const Layout pairs = layout(2, 2, 1, 1, "1f1b");
-  EXPECT_EQ(term(pairs, &StepPrediction::tp_comm_s, now),
-            term(pairs, &StepPrediction::tp_comm_s, hw));
-  EXPECT_LT(term(pairs, &StepPrediction::dp_exposed_s, now),
-            term(pairs, &StepPrediction::dp_exposed_s, hw));
-  // A pipeline's transfers take the probe.
-  const Layout pipe = layout(2, 1, 2, 1, "1f1b");
-  EXPECT_LT(term(pipe, &StepPrediction::step_s, now), term(pipe, &StepPrediction::step_s, hw));
-  // dp=4, plain or ZeRO with the world's factor: the fits as calibrated.
-  Layout wide = layout(4, 1, 1, 1, "1f1b");
-  EXPECT_EQ(term(wide, &StepPrediction::dp_exposed_s, now),
-            term(wide, &StepPrediction::dp_exposed_s, hw));
-  // ZeRO-3: its unit collectives too; the step's scalar norm sum over dp, which no
-  // factor multiplies, takes the probe (half of its 1 ms).
-  wide.zero = 3;
-  EXPECT_NEAR(term(wide, &StepPrediction::dp_exposed_s, hw) -
-                  term(wide, &StepPrediction::dp_exposed_s, now),
-              0.5e-3, 1e-12);
-  // Without a factor for the world, ZeRO's collectives are priced as they stand: now.
-  HardwareProfile bare = now;
-  bare.zero_collective_scale.clear();
-  HardwareProfile bare_then = hw;
-  bare_then.zero_collective_scale.clear();
-  EXPECT_LT(term(wide, &StepPrediction::dp_exposed_s, bare),
-            term(wide, &StepPrediction::dp_exposed_s, bare_then));
-}
-
 TEST(CostModel, TheMachinesSpeedNowMultipliesEveryTerm) {
   // Note [the machine now]: a pipeline with ZeRO, recompute and offload's transfers,
   // so every term is priced, then the machine 1.25x slower than its profile.

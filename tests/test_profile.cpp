@@ -5,10 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -136,45 +134,6 @@ TEST(Profile, LinkFitRecoversLatencyAndBandwidth) {
   const LinkFit g = fit_link({{1e6, 1e-3}, {2e6, 3e-3}});
   EXPECT_EQ(g.latency_s, 0);
   EXPECT_GT(g.bytes_per_s, 0);
-}
-
-// Note [the collectives now]: plan's probe scales a fit's latency so that the fit takes
-// the time now at the probe's size, within bounds, for the probed world only.
-TEST(Profile, TheCollectivesNowScaleTheLatencyOfTheProbedWorld) {
-  const LinkFit fit{1e-3, 1e9};
-  const double transfer = kProbeBytes / 1e9;
-  EXPECT_NEAR(latency_factor_now(fit, kProbeBytes, 0.8e-3 + transfer), 0.8, 1e-12);
-  EXPECT_NEAR(latency_factor_now(fit, kProbeBytes, 1.5e-3 + transfer), 1.5, 1e-12);
-  EXPECT_EQ(latency_factor_now(fit, kProbeBytes, 0.1e-3 + transfer), kLeastLatencyNow);
-  EXPECT_EQ(latency_factor_now(fit, kProbeBytes, 9e-3), kMostLatencyNow);
-  EXPECT_EQ(latency_factor_now({0, 1e9}, kProbeBytes, 1e-3), 1.0) << "no latency to scale";
-
-  HardwareProfile p;
-  p.gemm["fp32"] = {{1, 1e-12}, {1e15, 1e3}};
-  for (const char* op : {"all_reduce", "all_gather"}) {
-    p.collectives[op][4] = fit;
-    p.loaded_collectives[op][4][2] = {2e-3, 5e8};
-  }
-  const double bytes = 1e6;
-  // Nothing probed: the fits as they stand.
-  EXPECT_EQ(p.collective_seconds_now("all_reduce", 4, bytes, 0, 4),
-            p.collective_seconds("all_reduce", 4, bytes, 0, 4));
-  p.latency_now_world = 4;
-  p.latency_now["all_reduce"][4] = 0.5;
-  p.latency_now["all_reduce"][2] = 2.0;
-  // The latency scales, the transfer stays.
-  EXPECT_NEAR(p.collective_seconds_now("all_reduce", 4, bytes, 0, 4), 0.5e-3 + bytes / 1e9, 1e-12);
-  EXPECT_NEAR(p.collective_seconds_now("all_reduce", 2, bytes, 0, 4), 4e-3 + bytes / 5e8, 1e-12);
-  EXPECT_NEAR(p.collective_seconds("all_reduce", 4, bytes, 0, 4), 1e-3 + bytes / 1e9, 1e-12);
-  // An op not probed, and another world, keep the fit.
-  EXPECT_EQ(p.collective_seconds_now("all_gather", 4, bytes, 0, 4),
-            p.collective_seconds("all_gather", 4, bytes, 0, 4));
-  EXPECT_EQ(p.collective_seconds_now("all_reduce", 2, bytes, 0, 2),
-            p.collective_seconds("all_reduce", 2, bytes, 0, 2));
-  // Never saved: a profile read back has none.
-  const HardwareProfile back = profile_from_json(profile_json(p), "test");
-  EXPECT_TRUE(back.latency_now.empty());
-  EXPECT_EQ(back.latency_now_world, 0);
 }
 
 // Note [profile threads]: a CPU profile holds for its own threads per rank only.
@@ -375,25 +334,10 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   ASSERT_EQ(std::sscanf(r.output.c_str() + speed_at + now.size(), "%lf", &speed), 1) << r.output;
   EXPECT_GE(speed, kLeastSpeed);
   EXPECT_LE(speed, kMostSpeed);
-  // Note [the collectives now]: the 2-rank world's four collectives probed, each factor
-  // within bounds.
-  const std::string probed = "over 2 ranks:";
-  const size_t probe_at = r.output.find(probed);
-  ASSERT_NE(probe_at, std::string::npos) << r.output;
-  std::istringstream factors(r.output.substr(probe_at + probed.size()));
-  for (const char* op : {"all_gather", "all_reduce", "reduce_scatter", "send_recv"}) {
-    std::string name, factor;  // "all_gather 0.93x"
-    factors >> name >> factor;
-    EXPECT_EQ(name, op) << r.output;
-    const double k = std::atof(factor.c_str());
-    EXPECT_GE(k, kLeastLatencyNow) << op;
-    EXPECT_LE(k, kMostLatencyNow) << op;
-  }
   r = run(plan + "--no-measure", 60);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.find("timed the model's parts"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("the machine now"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("the collectives now"), std::string::npos) << r.output;
   expect_one_error_line(strata_bin() + " calibrate --nproc 0", "--nproc 0 must be at least 1");
 }
 

@@ -91,19 +91,11 @@ namespace {
 // median would take the slower third and fourth steps (the debug GPT at dp=4 ran 486,
 // 470, then 388-433 ms) and price every layout a few percent over.
 
-// How a collective benchmark times: calibrate's full fits, its --quick ones (tests), or
-// the probe `strata plan` takes at one size (Note [the collectives now]).
-enum class Timing { kFull, kQuick, kProbe };
-
-// The fits of each collective over the ranks of `c` (kProbe: its seconds at
-// kProbeBytes instead).
-nlohmann::json time_collectives_once(Comm& c, Timing timing) {
+// The fits of each collective over the ranks of `c`.
+nlohmann::json time_collectives_once(Comm& c, bool quick) {
   const auto g = c.size();
-  const bool quick = timing == Timing::kQuick;
   const std::vector<double> sizes = quick ? std::vector<double>{4096, 1 << 20}
-                                    : timing == Timing::kProbe
-                                        ? std::vector<double>{kProbeBytes}
-                                        : std::vector<double>{4096, 65536, 1 << 20, 8 << 20};
+                                          : std::vector<double>{4096, 65536, 1 << 20, 8 << 20};
   nlohmann::json fits;
   // Note [collective calibration]: a collective timed alone after a barrier misses
   // what it costs inside a step, where each follows compute: the ranks arrive apart
@@ -151,10 +143,6 @@ nlohmann::json time_collectives_once(Comm& c, Timing timing) {
       c.all_reduce(slowest, c10d::ReduceOp::MAX).wait();
       samples.push_back({static_cast<double>(n * 4), slowest.item<double>()});
     }
-    if (timing == Timing::kProbe) {
-      fits[op] = {{"seconds", samples.front().second}, {"bytes", samples.front().first}};
-      continue;
-    }
     const LinkFit f = fit_link(samples);
     fits[op] = {{"latency_s", f.latency_s}, {"bytes_per_s", f.bytes_per_s}};
   }
@@ -168,23 +156,21 @@ nlohmann::json time_collectives_once(Comm& c, Timing timing) {
 // tp=2 micro-batch-1 layouts 25-50% over their runs. So each world is timed in three
 // passes, and each op keeps the pass of its median latency (with that pass's
 // bandwidth); calibrate prints the passes' latency range beside each fit.
-// The probe (Note [the collectives now]) keeps the pass of its median time the same way.
-nlohmann::json time_collectives(Comm& c, Comm& all, Timing timing) {
+nlohmann::json time_collectives(Comm& c, Comm& all, bool quick) {
   std::vector<nlohmann::json> passes;
   for (int pass = 0; pass < 3; ++pass) {
     all.barrier();
-    passes.push_back(time_collectives_once(c, timing));
+    passes.push_back(time_collectives_once(c, quick));
   }
-  const char* key = timing == Timing::kProbe ? "seconds" : "latency_s";
   nlohmann::json chosen;
   for (const auto& [op, unused] : passes.front().items()) {
     std::vector<nlohmann::json> fits;
     for (const auto& p : passes) fits.push_back(p[op]);
-    std::sort(fits.begin(), fits.end(), [&](const auto& x, const auto& y) {
-      return x[key].template get<double>() < y[key].template get<double>();
+    std::sort(fits.begin(), fits.end(), [](const auto& x, const auto& y) {
+      return x["latency_s"].template get<double>() < y["latency_s"].template get<double>();
     });
     chosen[op] = fits[fits.size() / 2];
-    chosen[op]["latency_range_s"] = {fits.front()[key], fits.back()[key]};
+    chosen[op]["latency_range_s"] = {fits.front()["latency_s"], fits.back()["latency_s"]};
   }
   return chosen;
 }
@@ -222,25 +208,7 @@ void report_speed_drift(const std::vector<double>& alone_mix) {
 }
 }  // namespace
 
-nlohmann::json collective_benchmark(const std::string& self_exe, int64_t nproc, int64_t threads,
-                                    const std::string& flag, const std::string& who) {
-  const std::string part =
-      fs::temp_directory_path() /
-      ("strata-" + who + "-" + std::to_string(getpid()) + "-" + std::to_string(nproc) + ".json");
-  LaunchOptions lo;
-  lo.nproc_per_node = nproc;
-  lo.master_port = "auto";
-  lo.command = {self_exe, "calibrate-worker", "--out", part, "--threads", std::to_string(threads)};
-  if (!flag.empty()) lo.command.push_back(flag);
-  STRATA_CHECK(launch(lo) == 0, who, ": the collective benchmark over ", nproc,
-               " ranks failed; see the lines above");
-  auto fits = nlohmann::json::parse(read_file(part));
-  fs::remove(part);
-  return fits;
-}
-
-int run_calibrate_worker(const std::string& out, bool quick, bool probe, int64_t threads) {
-  const Timing timing = probe ? Timing::kProbe : quick ? Timing::kQuick : Timing::kFull;
+int run_calibrate_worker(const std::string& out, bool quick, int64_t threads) {
   at::set_num_threads(static_cast<int>(threads));
   keep_freed_host_memory();
   const WorldInfo world = init_from_env();
@@ -250,19 +218,15 @@ int run_calibrate_worker(const std::string& out, bool quick, bool probe, int64_t
   if (g > 0) cfg.parallel.tp = g;
   auto mesh = make_mesh(world, cfg);
   Comm& all = mesh->comm(Axis::kWorld);
-  nlohmann::json fits = time_collectives(all, all, timing);
+  nlohmann::json fits = time_collectives(all, all, quick);
   if (g > 0) {
     for (const Axis axis : {Axis::kTp, Axis::kDp}) {
       Comm& c = mesh->comm(axis);
       if (axis == Axis::kDp && (c.size() == g || c.size() < 2)) continue;
-      fits["loaded"][std::to_string(c.size())] = time_collectives(c, all, timing);
+      fits["loaded"][std::to_string(c.size())] = time_collectives(c, all, quick);
     }
   }
   all.barrier();
-  if (probe) {
-    if (all.rank() == 0) write_file_atomic(out, fits.dump(1));
-    return 0;
-  }
   at::Tensor mix = at::full({1}, compute_mix_seconds(quick), at::kDouble);
   all.all_reduce(mix).wait();  // the mean over the ranks
   fits["compute_s"] = mix.item<double>() / static_cast<double>(all.size());
@@ -313,7 +277,19 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     // anywhere from 1.9x to 2.65x).
     const double before = compute_mix_seconds(a.quick);
     alone_mix.push_back(before);
-    auto fits = collective_benchmark(self_exe, g, threads, a.quick ? "--quick" : "", "calibrate");
+    const std::string part =
+        fs::temp_directory_path() /
+        ("strata-calibrate-" + std::to_string(getpid()) + "-" + std::to_string(g) + ".json");
+    LaunchOptions lo;
+    lo.nproc_per_node = g;
+    lo.master_port = "auto";
+    lo.command = {self_exe, "calibrate-worker", "--out",
+                  part,     "--threads",        std::to_string(threads)};
+    if (a.quick) lo.command.push_back("--quick");
+    STRATA_CHECK(launch(lo) == 0, "calibrate: the collective benchmark over ", g,
+                 " ranks failed; see the lines above");
+    auto fits = nlohmann::json::parse(read_file(part));
+    fs::remove(part);
     alone_mix.push_back(compute_mix_seconds(a.quick));
     const double alone = (before + alone_mix.back()) / 2;
     p.contention[g] = std::max(1.0, fits["compute_s"].get<double>() / alone);

@@ -1,6 +1,5 @@
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 
 namespace strata {
@@ -18,15 +17,8 @@ struct CalibrateArgs {
 };
 int run_calibrate(const CalibrateArgs& a, const std::string& self_exe);
 // One launched rank: times the collectives at its world size and the compute mix with
-// every rank running it at once; rank 0 writes the fits (JSON: op -> {latency_s, bytes_per_s}) and
-// that mix's seconds
-// ("compute_s") to out. With probe (Note [the collectives now]) it times each collective
-// at kProbeBytes only (op -> {seconds, bytes}) and skips the mix. Either way a world
-// that divides into groups adds "loaded": group size -> the same for its groups at once.
-int run_calibrate_worker(const std::string& out, bool quick, bool probe, int64_t threads);
-// Launches calibrate-worker over `nproc` ranks of this machine (`flag`: "", "--quick" or
-// "--probe") and returns what its rank 0 wrote; `who` names the command in its error.
-nlohmann::json collective_benchmark(const std::string& self_exe, int64_t nproc, int64_t threads,
-                                    const std::string& flag, const std::string& who);
+// every rank running it at once; rank 0 writes the fits (JSON: op -> {latency_s,
+// bytes_per_s}) and that mix's seconds ("compute_s") to out.
+int run_calibrate_worker(const std::string& out, bool quick, int64_t threads);
 
 }  // namespace strata

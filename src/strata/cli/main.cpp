@@ -233,8 +233,8 @@ int main(int argc, char** argv) {
                    "train the first K predicted for a few steps each and rank them by measurement");
   plan->add_option("--run-steps", pa.run_steps, "steps per --run-top run (the first 3 warm up)");
   plan->add_flag("--no-measure", pa.no_measure,
-                 "price from the profile alone: do not time the model's parts, the "
-                 "machine's speed now or its collectives now");
+                 "price from the profile alone: do not time the model's parts or the "
+                 "machine's speed now on this machine");
   plan->allow_extras();
   // One rank of calibrate's collective benchmark (started by calibrate itself).
   auto* calibrate_worker = app.add_subcommand("calibrate-worker", "");
@@ -242,8 +242,6 @@ int main(int argc, char** argv) {
   bool worker_quick = false;
   calibrate_worker->add_option("--out", worker_out)->required();
   calibrate_worker->add_flag("--quick", worker_quick);
-  bool worker_probe = false;
-  calibrate_worker->add_flag("--probe", worker_probe);
   int64_t worker_threads = 1;
   calibrate_worker->add_option("--threads", worker_threads);
   calibrate_worker->group("");  // not in --help
@@ -325,7 +323,7 @@ int main(int argc, char** argv) {
       return strata::run_plan(pa, self_exe());
     }
     if (calibrate_worker->parsed())
-      return strata::run_calibrate_worker(worker_out, worker_quick, worker_probe, worker_threads);
+      return strata::run_calibrate_worker(worker_out, worker_quick, worker_threads);
     if (schedule->parsed()) return strata::run_schedule(sa);
     if (estimate->parsed()) {
       ea.overrides = estimate->remaining();

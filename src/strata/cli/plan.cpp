@@ -5,14 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "strata/cli/calibrate.h"
 #include "strata/cli/estimate.h"
 #include "strata/cli/measure.h"
 #include "strata/core/config.h"
@@ -73,59 +70,6 @@ double machine_speed_now(const HardwareProfile& hw, int64_t nproc, int64_t threa
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return speed;
 }
-
-// Note [the collectives now] (in profile.h): times the planned world's collectives at
-// kProbeBytes with calibrate's protocol and sets hw's latency factors for the fits it
-// times; about 4 s at 4 ranks here. Only a CPU profile's world that calibrate measured,
-// run with the profile's threads, is probed.
-void time_collectives_now(HardwareProfile& hw, int64_t nproc, int64_t threads,
-                          const std::string& self_exe) {
-  const auto measured = hw.collectives.find("all_reduce");
-  if (self_exe.empty() || hw.device != "cpu" || nproc < 2 || measured == hw.collectives.end() ||
-      !measured->second.contains(nproc) || !profile_threads_mismatch(hw, threads).empty())
-    return;
-  const auto t0 = std::chrono::steady_clock::now();
-  const nlohmann::json now = collective_benchmark(self_exe, nproc, threads, "--probe", "plan");
-  hw.latency_now_world = nproc;
-  std::string line;
-  // One group's factors: `fits` op -> the profile's fit for it, where there is one.
-  auto take = [&](const nlohmann::json& probe, int64_t group, const std::string& label,
-                  const std::function<const LinkFit*(const std::string&)>& fit_of) {
-    line += (line.empty() ? " " : "; ") + label + ":";
-    for (const auto& [op, t] : probe.items()) {
-      const LinkFit* fit = fit_of(op);
-      if (fit == nullptr) continue;
-      const double k =
-          latency_factor_now(*fit, t["bytes"].get<double>(), t["seconds"].get<double>());
-      hw.latency_now[op][group] = k;
-      line += c10::str(" ", op, " ", std::round(k * 100) / 100, "x");
-    }
-  };
-  nlohmann::json world = now;
-  world.erase("loaded");
-  take(world, nproc, c10::str("over ", nproc, " ranks"),
-       [&](const std::string& op) -> const LinkFit* {
-         const auto it = hw.collectives.find(op);
-         return it == hw.collectives.end() || !it->second.contains(nproc) ? nullptr
-                                                                          : &it->second.at(nproc);
-       });
-  const nlohmann::json loaded = now.value("loaded", nlohmann::json::object());
-  for (const auto& [size, probe] : loaded.items()) {
-    const int64_t group = std::stoll(size);
-    take(probe, group, c10::str("over ", group, " of ", nproc), [&](const std::string& op) {
-      const LinkFit* fit = nullptr;
-      if (const auto by_op = hw.loaded_collectives.find(op); by_op != hw.loaded_collectives.end())
-        if (const auto w = by_op->second.find(nproc); w != by_op->second.end())
-          if (const auto g = w->second.find(group); g != w->second.end()) fit = &g->second;
-      return fit;
-    });
-  }
-  std::fprintf(stderr,
-               "strata plan: the collectives now, the latency of the fits that no run's factor "
-               "multiplies over the profile's:%s (%.1f s; --no-measure skips)\n",
-               line.c_str(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
 }  // namespace
 
 int run_plan(const PlanArgs& a, const std::string& self_exe) {
@@ -144,7 +88,7 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
                                             " first, or give --profile FILE (e.g. "
                                             "profiles/a100-80gb.json)")
                                  : std::string());
-  HardwareProfile hw = load_profile(path);
+  const HardwareProfile hw = load_profile(path);
   if (const std::string why = profile_threads_mismatch(hw, threads); !why.empty())
     std::fprintf(stderr, "strata plan: warning: %s\n", why.c_str());
   const double limit = !a.device_memory.empty() ? static_cast<double>(parse_size(a.device_memory))
@@ -188,10 +132,7 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
                        ? c10::str(" (larger ones take ", parts.largest_timed, "'s)").c_str()
                        : "");
   }
-  if (!a.no_measure) {
-    o.speed = machine_speed_now(hw, a.nproc, threads, self_exe);
-    time_collectives_now(hw, a.nproc, threads, self_exe);
-  }
+  if (!a.no_measure) o.speed = machine_speed_now(hw, a.nproc, threads, self_exe);
   std::vector<Ranked> ranked;
   for (const Layout& l : layouts) {
     Config c = cfg;

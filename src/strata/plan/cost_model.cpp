@@ -132,22 +132,16 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // 4-rank rows' pp x tp layouts 14-27% under in two bench chains; with factors below
   // one on pipelines, before the floor, pp x tp layouts at micro-batch 1 had come out
   // 22-34% under. (Its sequence-parallel collectives no longer keep the floor: Note
-  // [sequence-parallel collectives beside a pipeline].)
-  //
-  // The factors were measured against the loaded fits as calibrated and carry their
-  // moment; a fit with no factor on it takes the latency plan timed (coll_now: Note [the
-  // collectives now]). The loss's three small all-reduces take the activations' rule:
-  // what the run's all-reduce of their bytes costs.
+  // [sequence-parallel collectives beside a pipeline].) The loss's three small
+  // all-reduces take the activations' rule: what the run's all-reduce of their bytes
+  // costs.
   auto coll = [&](const char* op, double bytes) {
     return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
-  auto coll_now = [&](const char* op, double bytes) {
-    return hw.collective_seconds_now(op, l.tp, bytes, 0, l.ranks());
+  auto factor = [&](double bytes) {
+    return l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
   };
-  auto factor = [&](double bytes) { return hw.tp_collective_scale_for(l.ranks(), bytes); };
-  const bool without_factor = l.tp == l.ranks() || !hw.tp_collective_scale.contains(l.ranks());
   auto activation_all_reduce = [&](double bytes) {
-    if (without_factor) return coll_now("all_reduce", bytes);
     const double f = factor(bytes);
     return (l.pp > 1 ? std::max(f, 1.0) : f) * coll("all_reduce", bytes);
   };
@@ -171,7 +165,7 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // gathers, scatters and small all-reduces at their loaded fits as they stand (the
   // floor of Note [tensor-parallel collectives beside a pipeline]), and those fits are
   // the calibration's least steady figures: a loaded pair's all-reduce latency came out
-  // 1.2-3.2 ms over seven calibrations here. In a run they cost what a dp x tp pair's
+  // 1.1-3.2 ms over eight calibrations here. In a run they cost what a dp x tp pair's
   // do: the debug GPT's pp=2 x tp=2 sp layout at micro-batch 1 measured 0.83-0.91 ms
   // per all-gather, 1.22 per reduce-scatter (48 KiB) and 0.94-0.98 per small
   // all-reduce, where c29's fits said 1.70, 2.19 and 3.03 (0.51x, 0.56x and 0.32x; its
@@ -185,7 +179,7 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // compute, keep the floor: the same pipeline without sp paid 1.83-1.91 ms per
   // all-reduce of 48 KiB, where the factor says 0.98 and the fit 2.85.
   auto sp_coll = [&](const char* op, double bytes) {
-    if (without_factor) return coll_now(op, bytes);
+    if (l.tp == l.ranks()) return coll(op, bytes);
     return std::min(coll(op, bytes), factor(bytes) * coll("all_reduce", bytes));
   };
   PartCosts c;
@@ -381,9 +375,9 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_forward : 0;
   }
   // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
-  const double p2p = l.pp > 1 ? hw.collective_seconds_now(
-                                    "send_recv", 2, N * d * elem / (l.sequence_parallel ? tp : 1),
-                                    l.dp * l.tp + 1, l.ranks())
+  const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
+                                                      N * d * elem / (l.sequence_parallel ? tp : 1),
+                                                      l.dp * l.tp + 1, l.ranks())
                               : 0;
   // Each action: its compute at full speed, then its collectives or transfer.
   const ActionWorkFn work = [&](int64_t rank, const Action& a) -> ActionWork {
@@ -489,15 +483,9 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   auto hidden = [&](double comm, double behind) {
     return std::max(comm - o.overlap * behind, (1 - o.overlap) * comm);
   };
-  // A dp group spans dp x tp ranks (Note [rank grid]). One as large as the world keeps
-  // the fit as calibrated: the step scale was fitted over the data-parallel reference
-  // with it (Note [step calibration]), and ZeRO's factor against it (where the world has
-  // one); else it takes the latency plan timed (Note [the collectives now]).
-  const bool dp_as_calibrated =
-      l.dp == l.ranks() && (l.zero == 0 || hw.zero_collective_scale.contains(l.ranks()));
+  // A dp group spans dp x tp ranks (Note [rank grid]).
   auto dp_coll = [&](const char* op, double bytes) {
-    return dp_as_calibrated ? hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.ranks())
-                            : hw.collective_seconds_now(op, l.dp, bytes, l.dp * l.tp, l.ranks());
+    return hw.collective_seconds(op, l.dp, bytes, l.dp * l.tp, l.ranks());
   };
   // ZeRO's units: this stage's blocks and the root (embeddings, norms, head; on a
   // pipeline, the end stage's).
@@ -608,7 +596,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   const int64_t ends_span = (l.pp - 1) * l.dp * l.tp + 1;  // first to last stage (Note [rank grid])
   if (l.pp > 1 && pc.tied_copy > 0) {
     const double tied = static_cast<double>(pc.tied_copy) * elem;
-    p.dp_exposed_s += 2 * hw.collective_seconds_now("send_recv", 2, tied, ends_span, l.ranks()) +
+    p.dp_exposed_s += 2 * hw.collective_seconds("send_recv", 2, tied, ends_span, l.ranks()) +
                       slowdown * elementwise_seconds(hw, 5 * tied);
   }
   // Note [a step's small collectives]: after its schedule a step sums the gradient
@@ -618,7 +606,7 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
   // dp is left out: the calibration's reference (data-parallel, ZeRO-0) runs it, so its
   // step scale carries it already.
   auto scalar = [&](int64_t group, int64_t span) {
-    return hw.collective_seconds_now("all_reduce", group, 8, span, l.ranks());
+    return hw.collective_seconds("all_reduce", group, 8, span, l.ranks());
   };
   if (l.pp > 1) p.dp_exposed_s += 2 * scalar(l.pp, ends_span);
   if (l.tp > 1) p.dp_exposed_s += scalar(l.tp, l.tp);

@@ -115,38 +115,14 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
 
 double HardwareProfile::collective_seconds(const std::string& op, int64_t group, double bytes,
                                            int64_t span, int64_t world) const {
-  const auto [latency, transfer] = collective_parts(op, group, bytes, span, world);
-  return latency + transfer;
-}
-
-double HardwareProfile::collective_seconds_now(const std::string& op, int64_t group, double bytes,
-                                               int64_t span, int64_t world) const {
-  const auto [latency, transfer] = collective_parts(op, group, bytes, span, world);
-  double factor = 1;
-  if (world == latency_now_world)
-    if (const auto by_op = latency_now.find(op); by_op != latency_now.end())
-      if (const auto it = by_op->second.find(group); it != by_op->second.end()) factor = it->second;
-  return factor * latency + transfer;
-}
-
-double latency_factor_now(const LinkFit& fit, double bytes, double seconds) {
-  if (fit.latency_s <= 0) return 1;
-  const double latency = seconds - bytes / fit.bytes_per_s;
-  return std::clamp(latency / fit.latency_s, kLeastLatencyNow, kMostLatencyNow);
-}
-
-std::pair<double, double> HardwareProfile::collective_parts(const std::string& op, int64_t group,
-                                                            double bytes, int64_t span,
-                                                            int64_t world) const {
-  if (group <= 1) return {0, 0};
-  auto parts = [&](const LinkFit& f) { return std::pair{f.latency_s, bytes / f.bytes_per_s}; };
+  if (group <= 1) return 0;
   if (world > group) {
     auto by_op = loaded_collectives.find(op);
     if (by_op != loaded_collectives.end()) {
       auto in_world = by_op->second.find(world);
       if (in_world != by_op->second.end()) {
         auto fit = in_world->second.find(group);
-        if (fit != in_world->second.end()) return parts(fit->second);
+        if (fit != in_world->second.end()) return fit->second.seconds(bytes);
       }
     }
   }
@@ -155,22 +131,22 @@ std::pair<double, double> HardwareProfile::collective_parts(const std::string& o
   if (it != collectives.end() && !it->second.empty()) {
     const auto& fits = it->second;
     auto exact = fits.find(group);
-    if (exact != fits.end()) return parts(exact->second);
+    if (exact != fits.end()) return exact->second.seconds(bytes);
     // The nearest measured group size; a ring moves (g-1)/g of the buffer per rank.
     auto near = fits.lower_bound(group);
     if (near == fits.end()) --near;
     const double gm = static_cast<double>(near->first);
     const double scale = ((g - 1) / g) / ((gm - 1) / gm);
-    return {near->second.latency_s * (g - 1) / (gm - 1), bytes * scale / near->second.bytes_per_s};
+    return near->second.latency_s * (g - 1) / (gm - 1) + bytes * scale / near->second.bytes_per_s;
   }
   const LinkFit& link = std::max(group, span) <= ranks_per_node ? intra_node : inter_node;
   STRATA_CHECK(link.bytes_per_s > 0, "hardware profile ", name, " has no ", op,
                " measurements and no link for ", group, " ranks; calibrate with --nproc ", group);
   // Ring algorithms: all-reduce moves 2 (g-1)/g of the buffer per rank in 2 (g-1) steps,
   // all-gather and reduce-scatter half that; send/recv the buffer once.
-  if (op == "send_recv") return parts(link);
+  if (op == "send_recv") return link.seconds(bytes);
   const double passes = op == "all_reduce" ? 2 : 1;
-  return {passes * (g - 1) * link.latency_s, passes * (g - 1) / g * bytes / link.bytes_per_s};
+  return passes * (g - 1) * link.latency_s + passes * (g - 1) / g * bytes / link.bytes_per_s;
 }
 
 namespace {

@@ -3,7 +3,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace strata {
@@ -46,24 +45,6 @@ struct LinkFit {
   double latency_s = 0, bytes_per_s = 0;
   double seconds(double bytes) const { return latency_s + bytes / bytes_per_s; }
 };
-// Note [the collectives now]: a CPU profile's collective fits are one moment of the
-// machine, and they move more than its compute: over seven calibrations on the machine
-// of 2026-12-07 the 4-rank all-reduce's latency came out 6.4-9.3 ms and a loaded
-// pair's 1.2-3.2 ms. A fit a run-measured factor multiplies (the tp pairs' factors,
-// ZeRO's, the step scale over the data-parallel reference) was fitted against the fit
-// as it stands and carries its moment; a fit used as it stands does not, and prices
-// every layout that uses it at the calibration's moment: chain c29's calibration caught
-// the 4 ranks at 9.3 ms and priced the debug GPT's tp=4 layouts 16-76% over. So
-// `strata plan` times each collective of the planned world (and its loaded groups) at
-// kProbeBytes with calibrate's own protocol, and scales each fit's latency so that the
-// fit passes through the time now, within [kLeastLatencyNow, kMostLatencyNow]; the
-// fits used as they stand take it (collective_seconds_now), the ones a factor
-// multiplies do not.
-inline constexpr double kProbeBytes = 65536;
-inline constexpr double kLeastLatencyNow = 0.5, kMostLatencyNow = 2.0;
-// The factor on `fit`'s latency that makes it take `seconds` at `bytes`, within bounds.
-double latency_factor_now(const LinkFit& fit, double bytes, double seconds);
-
 struct HardwareProfile {
   std::string name, device = "cpu", backend = "gloo";
   int64_t threads = 1;         // intra-op threads per rank it was measured with
@@ -135,18 +116,6 @@ struct HardwareProfile {
   // that world where there is one.
   double collective_seconds(const std::string& op, int64_t group, double bytes, int64_t span = 0,
                             int64_t world = 0) const;
-  // The same with the latency as `strata plan` timed it in `world` (Note [the collectives
-  // now]): op -> group size -> factor on the fit's latency, set for latency_now_world
-  // only and never saved; a group it did not time takes the fit as it stands.
-  std::map<std::string, std::map<int64_t, double>> latency_now;
-  int64_t latency_now_world = 0;
-  double collective_seconds_now(const std::string& op, int64_t group, double bytes, int64_t span,
-                                int64_t world) const;
-
- private:
-  // The fit's latency and transfer time apart.
-  std::pair<double, double> collective_parts(const std::string& op, int64_t group, double bytes,
-                                             int64_t span, int64_t world) const;
 };
 
 nlohmann::json profile_json(const HardwareProfile& p);
