@@ -809,4 +809,18 @@ TEST(ReferenceFit, SpeedNowIsTheReferencesStepOverItsPriceWithinBounds) {
   EXPECT_EQ(speed_now(0.3, 0.0), 1.0);
 }
 
+TEST(ReferenceFit, TheAppliedSpeedKeepsHalfTheReadingInLogSpace) {
+  EXPECT_NEAR(speed_to_apply(1.21), 1.1, 1e-12);
+  EXPECT_NEAR(speed_to_apply(0.81), 0.9, 1e-12);
+  EXPECT_EQ(speed_to_apply(1.0), 1.0);
+  EXPECT_NEAR(speed_to_apply(9.0), std::sqrt(kMostSpeed), 1e-12) << "the reading's bounds first";
+  EXPECT_EQ(speed_to_apply(0.0), 1.0) << "nothing measured";
+  // Shrunk toward the profile, never past it: the factor lies between 1 and the reading.
+  for (double r : {0.6, 0.95, 1.05, 1.5}) {
+    const double f = speed_to_apply(r);
+    EXPECT_GT(std::abs(std::log(r)), std::abs(std::log(f)));
+    EXPECT_EQ(r > 1, f > 1);
+  }
+}
+
 }  // namespace strata

@@ -334,6 +334,15 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
   ASSERT_EQ(std::sscanf(r.output.c_str() + speed_at + now.size(), "%lf", &speed), 1) << r.output;
   EXPECT_GE(speed, kLeastSpeed);
   EXPECT_LE(speed, kMostSpeed);
+  // Note [the machine now, shrunk]: the factor applied is the reading's lasting share.
+  const size_t priced_at = r.output.find("the profile prices ");
+  ASSERT_NE(priced_at, std::string::npos) << r.output;
+  double priced_ms = 0, reading = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + priced_at, "the profile prices %lf (%lfx)", &priced_ms,
+                        &reading),
+            2)
+      << r.output;
+  EXPECT_NEAR(speed, speed_to_apply(reading), 0.01) << r.output;
   r = run(plan + "--no-measure", 60);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.find("timed the model's parts"), std::string::npos) << r.output;

@@ -46,7 +46,10 @@ struct Ranked {
 // reference itself before pricing (the debug GPT, data parallel over the planned ranks,
 // micro-batch 4, two a step: 8 steps, twice, the fastest run's median as calibrate
 // takes it) and multiplies every predicted term by its step over the profile's
-// prediction for it (speed_now). That is about 5-10 s here; a world past the profile's
+// prediction for it (speed_now), shrunk toward the profile by the share of a reading
+// that the runs after it keep (Note [the machine now, shrunk]; in c33 the reading was
+// 1.15-1.34x at three rows' start, the rows ran at a median 1.09-1.15x, and the whole
+// reading pushed every row over by 12-16%). That is about 5-10 s here; a world past the profile's
 // largest reference, or threads per rank other than its own, keeps the profile as it is.
 // A world inside the range that calibrate skipped (Note [calibrated worlds]) is anchored
 // the same way: its interpolated prediction is what the factor corrects.
@@ -61,12 +64,14 @@ double machine_speed_now(const HardwareProfile& hw, int64_t nproc, int64_t threa
   for (int run = 0; run < 2; ++run) runs.push_back(reference_steps(ref, threads, self_exe).step_s);
   const double fastest = fastest_run(runs);
   const double predicted = predict_reference(ref, CostOptions{}, hw).step_s;
-  const double speed = speed_now(fastest, predicted);
+  const double reading = speed_now(fastest, predicted);
+  const double speed = speed_to_apply(reading);
   std::fprintf(stderr,
                "strata plan: the machine now: the calibration's reference (the debug GPT, "
-               "dp=%lld) ran %.1f ms a step where the profile prices %.1f, so every "
-               "prediction takes %.2fx (%.1f s; --no-measure skips)\n",
-               static_cast<long long>(nproc), fastest * 1e3, predicted * 1e3, speed,
+               "dp=%lld) ran %.1f ms a step where the profile prices %.1f (%.2fx), so every "
+               "prediction takes %.2fx, the share of a reading that lasts (%.1f s; "
+               "--no-measure skips)\n",
+               static_cast<long long>(nproc), fastest * 1e3, predicted * 1e3, reading, speed,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return speed;
 }

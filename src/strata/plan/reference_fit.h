@@ -75,4 +75,9 @@ double fit_zero_collective_scale(const HardwareProfile& hw, const ReferenceRun& 
 inline constexpr double kLeastSpeed = 0.5, kMostSpeed = 2.0;
 double speed_now(double measured, double predicted);
 
+// Note [the machine now, shrunk]: the share (in log space) of one reading of the machine
+// now that the runs after it keep: the factor the plan applies is reading^kSpeedKept.
+inline constexpr double kSpeedKept = 0.5;
+double speed_to_apply(double reading);
+
 }  // namespace strata
