@@ -120,7 +120,9 @@ double speed_now(double measured, double predicted) {
 // went from 8 of 15 (the reading as it stood; 11 without any) to 14 of 15 among the rows
 // whose cost model has not changed since, the mean median from 9.9% to 8.4%. It is a
 // property of this machine's noise, fitted once, so it is a named constant; the reading
-// itself is printed whole.
+// itself is printed whole. Out of sample, the ten rows of chains c34-c35 (a slower,
+// noisier machine) gave a mean median |error| of 13.0% with it, 14.0% with no factor
+// and 16.5% with the whole reading; mean maxima 29.4%, 29.8% and 37.4%.
 double speed_to_apply(double reading) {
   if (reading <= 0) return 1.0;
   return std::pow(std::clamp(reading, kLeastSpeed, kMostSpeed), kSpeedKept);
