@@ -823,4 +823,45 @@ TEST(ReferenceFit, TheAppliedSpeedKeepsHalfTheReadingInLogSpace) {
   }
 }
 
+TEST(ReferenceFit, TheWorldsCollectivesTakeTheirFactorAndNothingElseDoes) {
+  // Note [the machine's collectives now]: the reference plan times is tp over the whole
+  // world at micro-batch 1, where the debug GPT's 4 heads divide; its tp collectives are
+  // the world's fits, so the factor moves their price exactly.
+  EXPECT_EQ(world_collective_reference(1).ranks, 0);
+  EXPECT_EQ(world_collective_reference(3).ranks, 0) << "4 heads over 3";
+  EXPECT_EQ(world_collective_reference(8).ranks, 0) << "4 heads over 8";
+  const ReferenceRun r = world_collective_reference(4);
+  EXPECT_EQ(r.ranks, 4);
+  EXPECT_EQ(r.tp, 4);
+  EXPECT_EQ(r.micro, kTpCollectiveMicroBatch);
+  EXPECT_EQ(r.batch(), 4);
+  HardwareProfile hw = shared_cpu();
+  for (auto& [op, fits] : hw.collectives) {
+    fits.erase(3);  // calibrate's worlds: 1, 2, 4
+    for (const int64_t g : {2, 4}) fits[g] = {1e-3 * static_cast<double>(g), 1e9};
+  }
+  const HardwareProfile scaled = with_world_collectives_scaled(hw, 4, 0.6);
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
+    for (const double bytes : {8.0, 65536.0, 8e6}) {
+      EXPECT_NEAR(scaled.collective_seconds(op, 4, bytes, 4, 4),
+                  0.6 * hw.collective_seconds(op, 4, bytes, 4, 4), 1e-15)
+          << op << " " << bytes;
+      // Other groups keep their fits: the 2-rank world's, and a pair's in the 4-rank one.
+      EXPECT_EQ(scaled.collective_seconds(op, 2, bytes, 2, 2),
+                hw.collective_seconds(op, 2, bytes, 2, 2));
+      EXPECT_EQ(scaled.collective_seconds(op, 2, bytes, 2, 4),
+                hw.collective_seconds(op, 2, bytes, 2, 4));
+    }
+  EXPECT_EQ(scaled.collective_seconds("send_recv", 4, 1e6, 4, 4),
+            hw.collective_seconds("send_recv", 4, 1e6, 4, 4));
+  const CostOptions o;
+  const double priced = predict_reference(r, o, hw).tp_comm_s;
+  ASSERT_GT(priced, 0);
+  EXPECT_NEAR(predict_reference(r, o, scaled).tp_comm_s, 0.6 * priced, 1e-9 * priced);
+  // A world without fits of its own is left as it is.
+  const HardwareProfile none = with_world_collectives_scaled(hw, 3, 0.6);
+  EXPECT_EQ(none.collective_seconds("all_reduce", 3, 1e6, 3, 3),
+            hw.collective_seconds("all_reduce", 3, 1e6, 3, 3));
+}
+
 }  // namespace strata

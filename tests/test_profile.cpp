@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -343,6 +344,47 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
             2)
       << r.output;
   EXPECT_NEAR(speed, speed_to_apply(reading), 0.01) << r.output;
+  // Note [the machine's collectives now]: tp over both ranks, read the same way.
+  const std::string coll = "spent ";
+  const size_t coll_at = r.output.find(coll);
+  ASSERT_NE(coll_at, std::string::npos) << r.output;
+  double spent_ms = 0, coll_reading = 0, coll_factor = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + coll_at,
+                        "spent %lf ms a step in its tp collectives where the profile prices %lf "
+                        "(%lfx), so the world's collectives take %lfx",
+                        &spent_ms, &priced_ms, &coll_reading, &coll_factor),
+            4)
+      << r.output;
+  EXPECT_GT(spent_ms, 0);
+  EXPECT_NEAR(coll_factor, speed_to_apply(coll_reading), 0.01) << r.output;
+  // The factors given (an earlier plan's) replace the runs: the world's collectives
+  // take the second, every other term the first.
+  auto planned = [&](const std::string& now) {
+    auto p = run(strata_bin() + " plan --nproc 2 --profile " + out +
+                     " --data.source=synthetic --training.batch_size=4 --top 1000 --json "
+                     "--no-measure --machine-now " +
+                     now + " 2>/dev/null",
+                 60);
+    EXPECT_EQ(p.status, 0) << p.output;
+    std::map<std::string, nlohmann::json> by_layout;
+    for (const auto& row : nlohmann::json::parse(p.output)) by_layout[row["layout"]] = row;
+    return by_layout;
+  };
+  const auto same = planned("1.2"), apart = planned("1.2,0.8");
+  const std::string tp2 = "dp=1 tp=2 pp=1 zero=0 mb=1 recompute=none";
+  const std::string dp2 = "dp=2 tp=1 pp=1 zero=0 mb=1 recompute=none";
+  ASSERT_TRUE(same.count(tp2) && same.count(dp2) && apart.count(tp2)) << tp2;
+  const double tp_comm = same.at(tp2)["tp_comm_s"].get<double>();
+  ASSERT_GT(tp_comm, 0);
+  EXPECT_NEAR(apart.at(tp2)["tp_comm_s"].get<double>(), tp_comm * 0.8 / 1.2, 1e-6 * tp_comm);
+  for (const char* term : {"compute_s", "optimizer_s"})
+    EXPECT_NEAR(apart.at(tp2)[term].get<double>(), same.at(tp2)[term].get<double>(),
+                1e-9 * same.at(tp2)[term].get<double>())
+        << term;
+  EXPECT_LT(apart.at(dp2)["dp_exposed_s"].get<double>(), same.at(dp2)["dp_exposed_s"].get<double>())
+      << "dp over the world: the world's all-reduce";
+  for (const char* bad : {"fast", "1.2,", "1.2x", "3", "1.2,0.8,1"})
+    expect_one_error_line(plan + "--machine-now " + bad, "must be SPEED or SPEED,COLLECTIVES");
   r = run(plan + "--no-measure", 60);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.find("timed the model's parts"), std::string::npos) << r.output;

@@ -235,6 +235,9 @@ int main(int argc, char** argv) {
   plan->add_flag("--no-measure", pa.no_measure,
                  "price from the profile alone: do not time the model's parts or the "
                  "machine's speed now on this machine");
+  plan->add_option("--machine-now", pa.machine_now,
+                   "SPEED[,COLLECTIVES]: the factors an earlier plan printed for the machine "
+                   "now, in place of the runs that read them");
   plan->allow_extras();
   // One rank of calibrate's collective benchmark (started by calibrate itself).
   auto* calibrate_worker = app.add_subcommand("calibrate-worker", "");

@@ -53,27 +53,109 @@ struct Ranked {
 // largest reference, or threads per rank other than its own, keeps the profile as it is.
 // A world inside the range that calibrate skipped (Note [calibrated worlds]) is anchored
 // the same way: its interpolated prediction is what the factor corrects.
-double machine_speed_now(const HardwareProfile& hw, int64_t nproc, int64_t threads,
-                         const std::string& self_exe) {
+// Note [the machine's collectives now]: the machine's collectives move apart from its
+// compute, and the speed now (a data-parallel step, mostly compute) does not carry
+// them. The layouts of a tp group as large as the world, priced by the world's fits as
+// calibrated, came out 5-37% under in chain c34 (c32's profile, whose 2-rank
+// all-reduce fit took 1.13 ms, where the speed now read 1.37x) and 17-45% over in c35
+// (a fresh profile whose fit took 2.31 ms, the speed now 1.17x), each consistently
+// over the row's two passes 5 minutes apart, while the same layouts ran within 10% in
+// c33. So beside the speed now plan runs the debug GPT with tp over the whole world at
+// micro-batch 1 (four a step: mostly its blocks' all-reduces), twice, and takes its
+// fastest run's tp collectives (the run's own comm timers) over what the profile
+// prices for them: that reading's share that lasts (speed_to_apply, as for the speed)
+// is the factor the world's collectives (all-reduce, all-gather, reduce-scatter over
+// every rank: tp = world, dp = world under DDP or ZeRO) take instead of the speed's.
+// A pair's collectives inside a larger world keep the loaded fits and their factors;
+// send/recv keeps the speed's. About 5 s more at 2 ranks here, 13 s at 4.
+// Chains c31-c32 had probed the world's collectives at plan time with calibrate's
+// protocol (each op alone, 64 KiB) and scaled their latency by the whole probe, which
+// read 1.2-1.5x while the tp=4 layouts then ran at the calibration's speed; this reads
+// a training run's own timers and applies the reading's lasting share. Re-scored on
+// the same runs with the world's collectives at the speed's factor instead (the
+// predictions' ratio under --no-measure --machine-now): on a fresh profile (c36, six
+// rows) the reading came out 0.83-0.84x at 2 ranks and 0.94-1.01x at 4, and the rows'
+// mean median |error| 8.3% against 8.4%; on c35's profile, hours old (c36s, the three
+// 2-rank rows), it read 0.59-0.67x and took the rows from 14.1% / 31.3%, 15.1% / 35.2%
+// and 6.4% / 22.7% (median / max) to 4.8% / 15.1%, 10.4% / 27.3% and 9.7% / 24.6%.
+struct MachineNow {
+  double speed = 1.0;        // every term of a step
+  double collectives = 1.0;  // the world's collectives, in place of `speed`
+};
+
+MachineNow machine_now(const HardwareProfile& hw, int64_t nproc, int64_t threads,
+                       const std::string& self_exe) {
   if (self_exe.empty() || hw.device != "cpu" || hw.step_scale.empty() ||
       nproc > hw.step_scale.rbegin()->first || !profile_threads_mismatch(hw, threads).empty())
-    return 1.0;
-  const auto t0 = std::chrono::steady_clock::now();
+    return {};
+  auto t0 = std::chrono::steady_clock::now();
+  auto seconds_since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   const ReferenceRun ref{nproc, 1, kReferenceMicroBatch, 2};
   std::vector<std::vector<double>> runs;
   for (int run = 0; run < 2; ++run) runs.push_back(reference_steps(ref, threads, self_exe).step_s);
   const double fastest = fastest_run(runs);
   const double predicted = predict_reference(ref, CostOptions{}, hw).step_s;
   const double reading = speed_now(fastest, predicted);
-  const double speed = speed_to_apply(reading);
+  MachineNow now;
+  now.speed = speed_to_apply(reading);
+  now.collectives = now.speed;
   std::fprintf(stderr,
                "strata plan: the machine now: the calibration's reference (the debug GPT, "
                "dp=%lld) ran %.1f ms a step where the profile prices %.1f (%.2fx), so every "
                "prediction takes %.2fx, the share of a reading that lasts (%.1f s; "
                "--no-measure skips)\n",
-               static_cast<long long>(nproc), fastest * 1e3, predicted * 1e3, reading, speed,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return speed;
+               static_cast<long long>(nproc), fastest * 1e3, predicted * 1e3, reading, now.speed,
+               seconds_since());
+  const ReferenceRun cref = world_collective_reference(nproc);
+  const auto fits = hw.collectives.find("all_reduce");
+  if (cref.ranks == 0 || fits == hw.collectives.end() || !fits->second.count(nproc)) return now;
+  t0 = std::chrono::steady_clock::now();
+  std::vector<MeasuredSteps> cruns;
+  std::vector<std::vector<double>> csteps;
+  for (int run = 0; run < 2; ++run) {
+    cruns.push_back(reference_steps(cref, threads, self_exe));
+    csteps.push_back(cruns.back().step_s);
+  }
+  const auto& comm_s = cruns[fastest_run_index(csteps)].tp_comm_s;
+  const double comm = comm_s.empty() ? 0.0 : median(comm_s);
+  const double priced = predict_reference(cref, CostOptions{}, hw).tp_comm_s;
+  const double creading = speed_now(comm, priced);
+  now.collectives = speed_to_apply(creading);
+  std::fprintf(stderr,
+               "strata plan: the machine's collectives now: the debug GPT at tp=%lld, "
+               "micro-batch 1, spent %.1f ms a step in its tp collectives where the profile "
+               "prices %.1f (%.2fx), so the world's collectives take %.2fx (%.1f s)\n",
+               static_cast<long long>(nproc), comm * 1e3, priced * 1e3, creading, now.collectives,
+               seconds_since());
+  return now;
+}
+
+// --machine-now F[,C]: the factors an earlier plan's machine-now lines printed (C: F if
+// left out), in place of the runs.
+MachineNow parse_machine_now(const std::string& text) {
+  const std::string fix =
+      c10::str("--machine-now ", text, " must be SPEED or SPEED,COLLECTIVES, each within ",
+               kLeastSpeed, "-", kMostSpeed,
+               "; give the factors an earlier strata plan printed, e.g. "
+               "--machine-now 1.08,0.77");
+  auto factor = [&](const std::string& part) {
+    size_t used = 0;
+    double f = 0;
+    try {
+      f = std::stod(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    STRATA_CHECK(used > 0 && used == part.size() && f >= kLeastSpeed && f <= kMostSpeed, fix);
+    return f;
+  };
+  const size_t comma = text.find(',');
+  MachineNow now;
+  now.speed = factor(text.substr(0, comma));
+  now.collectives = comma == std::string::npos ? now.speed : factor(text.substr(comma + 1));
+  return now;
 }
 }  // namespace
 
@@ -137,7 +219,14 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
                        ? c10::str(" (larger ones take ", parts.largest_timed, "'s)").c_str()
                        : "");
   }
-  if (!a.no_measure) o.speed = machine_speed_now(hw, a.nproc, threads, self_exe);
+  const MachineNow now = !a.machine_now.empty() ? parse_machine_now(a.machine_now)
+                         : a.no_measure         ? MachineNow{}
+                                                : machine_now(hw, a.nproc, threads, self_exe);
+  o.speed = now.speed;
+  // The world's collectives take their own factor in place of the speed's (Note [the
+  // machine's collectives now]); predictions multiply every term by the speed after.
+  const HardwareProfile priced =
+      with_world_collectives_scaled(hw, a.nproc, now.collectives / now.speed);
   std::vector<Ranked> ranked;
   for (const Layout& l : layouts) {
     Config c = cfg;
@@ -147,7 +236,7 @@ int run_plan(const PlanArgs& a, const std::string& self_exe) {
     const MemoryEstimate mem = estimate_memory(estimate_input(c, plan, hw.device));
     const double peak = mem.peak.total();
     if (limit > 0 && !fit_verdict(peak, limit).fits) continue;
-    ranked.push_back({l, predict_step(plan.spec, l, o, hw), peak, mem.states, mem.peak.bytes});
+    ranked.push_back({l, predict_step(plan.spec, l, o, priced), peak, mem.states, mem.peak.bytes});
   }
   STRATA_CHECK(!ranked.empty(), "none of the ", layouts.size(), " layouts of ", a.nproc,
                " ranks fits ", limit / (1 << 20), " MiB per device with the estimator's ",

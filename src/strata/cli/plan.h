@@ -27,6 +27,10 @@ struct PlanArgs {
   // parts]) and the calibration's reference is run to take the machine's speed now
   // (Note [the machine now]); this prices from the profile alone.
   bool no_measure = false;
+  // "F" or "F,C": the machine's speed now and its collectives' (Note [the machine's
+  // collectives now]) as an earlier plan printed them, in place of the runs that take
+  // them; empty: take them (unless no_measure).
+  std::string machine_now;
 };
 int run_plan(const PlanArgs& a, const std::string& self_exe = "");
 

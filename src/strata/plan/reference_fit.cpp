@@ -128,4 +128,21 @@ double speed_to_apply(double reading) {
   return std::pow(std::clamp(reading, kLeastSpeed, kMostSpeed), kSpeedKept);
 }
 
+ReferenceRun world_collective_reference(int64_t world) {
+  if (world < 2 || reference_spec().n_head % world != 0) return ReferenceRun{0};
+  return ReferenceRun{world, world, kTpCollectiveMicroBatch, 4};
+}
+
+HardwareProfile with_world_collectives_scaled(HardwareProfile hw, int64_t world, double factor) {
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+    auto by_op = hw.collectives.find(op);
+    if (by_op == hw.collectives.end()) continue;
+    auto fit = by_op->second.find(world);
+    if (fit == by_op->second.end()) continue;
+    fit->second.latency_s *= factor;
+    fit->second.bytes_per_s /= factor;
+  }
+  return hw;
+}
+
 }  // namespace strata

@@ -80,4 +80,14 @@ double speed_now(double measured, double predicted);
 inline constexpr double kSpeedKept = 0.5;
 double speed_to_apply(double reading);
 
+// Note [the machine's collectives now]: the run plan times for the world's collectives
+// now: the debug GPT with tp over the whole world at micro-batch 1, four a step, whose
+// steps are mostly its blocks' all-reduces; ranks 0 (none) for one rank or a world that
+// does not divide the debug GPT's heads.
+ReferenceRun world_collective_reference(int64_t world);
+// hw with its fits of the collectives over exactly `world` ranks (all-reduce,
+// all-gather, reduce-scatter: what a group as large as the world issues; not send/recv,
+// a pair's) taking `factor` x their time: latency x factor, bandwidth / factor.
+HardwareProfile with_world_collectives_scaled(HardwareProfile hw, int64_t world, double factor);
+
 }  // namespace strata
