@@ -397,7 +397,7 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     std::vector<std::vector<double>> steps;
     for (const auto& r : runs) steps.push_back(r.step_s);
     const auto [fastest, longer] = spread(steps);
-    return std::tuple{fastest, median(runs[fastest_run_index(steps)].tp_comm_s), longer};
+    return std::tuple{fastest, median(fastest_measured(runs).tp_comm_s), longer};
   };
   for (const auto& [g, runs] : tp_runs) {
     const auto [step, comm, longer] = fastest_tp(runs);

@@ -64,6 +64,13 @@ MeasuredSteps measured_steps(const std::string& self_exe, int64_t nproc,
   return out;
 }
 
+const MeasuredSteps& fastest_measured(const std::vector<MeasuredSteps>& runs) {
+  STRATA_CHECK(!runs.empty(), "no measured run to choose from");
+  std::vector<std::vector<double>> steps;
+  for (const auto& r : runs) steps.push_back(r.step_s);
+  return runs[std::min(fastest_run_index(steps), runs.size() - 1)];
+}
+
 std::vector<double> measured_step_times(const std::string& self_exe, int64_t nproc,
                                         const std::vector<std::string>& args, int64_t steps,
                                         int64_t warmup) {

@@ -19,6 +19,9 @@ struct MeasuredSteps {
 };
 MeasuredSteps measured_steps(const std::string& self_exe, int64_t nproc,
                              const std::vector<std::string>& args, int64_t steps, int64_t warmup);
+// Of several runs, the one whose median step is fastest (Note [step calibration, spread
+// runs]); runs must not be empty.
+const MeasuredSteps& fastest_measured(const std::vector<MeasuredSteps>& runs);
 // The median of those.
 double measured_step_seconds(const std::string& self_exe, int64_t nproc,
                              const std::vector<std::string>& args, int64_t steps, int64_t warmup);

@@ -113,13 +113,9 @@ MachineNow machine_now(const HardwareProfile& hw, int64_t nproc, int64_t threads
   if (cref.ranks == 0 || fits == hw.collectives.end() || !fits->second.count(nproc)) return now;
   t0 = std::chrono::steady_clock::now();
   std::vector<MeasuredSteps> cruns;
-  std::vector<std::vector<double>> csteps;
-  for (int run = 0; run < 2; ++run) {
-    cruns.push_back(reference_steps(cref, threads, self_exe));
-    csteps.push_back(cruns.back().step_s);
-  }
-  const auto& comm_s = cruns[fastest_run_index(csteps)].tp_comm_s;
-  const double comm = comm_s.empty() ? 0.0 : median(comm_s);
+  for (int run = 0; run < 2; ++run) cruns.push_back(reference_steps(cref, threads, self_exe));
+  // One tp timer per step, and a measured run logs steps (measured_steps checks).
+  const double comm = median(fastest_measured(cruns).tp_comm_s);
   const double priced = predict_reference(cref, CostOptions{}, hw).tp_comm_s;
   const double creading = speed_now(comm, priced);
   now.collectives = speed_to_apply(creading);
