@@ -309,6 +309,24 @@ TEST(PipelineParallel, PartRoundsAreSizedByTheirFirst) {
   }
 }
 
+TEST(PipelineParallel, OnlyThePartsMarkedWarmRunUntimedFirst) {
+  // Note [warm-up runs where they count]: a part that runs long is timed without its
+  // untimed run; the others keep theirs, and every part is still timed once a round.
+  const std::vector<bool> warm{true, false, true};
+  const std::vector<PartRun> order = part_run_order(3, 2, warm);
+  ASSERT_EQ(order.size(), 2u * (3 + 2));
+  std::vector<int> timed(3, 0), untimed(3, 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    ++(order[i].timed ? timed : untimed)[order[i].part];
+    if (!order[i].timed) continue;
+    const bool after_itself = i > 0 && order[i - 1].part == order[i].part && !order[i - 1].timed;
+    EXPECT_EQ(after_itself, warm[order[i].part]) << "run " << i;
+  }
+  EXPECT_EQ(timed, (std::vector<int>{2, 2, 2}));
+  EXPECT_EQ(untimed, (std::vector<int>{2, 0, 2}));
+  EXPECT_THROW(part_run_order(3, 2, {true, false}), Error) << "a flag per part";
+}
+
 TEST(PipelineParallel, EveryPartIsTimedRightAfterAnUntimedRunOfItself) {
   // Note [a part timed warm]: a part timed cold after another part's larger shapes
   // priced the debug GPT's micro-batch 1 a fifth over its runs.

@@ -42,13 +42,14 @@ std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models,
                                          const RoundBudget& budget);
 // How many rounds of `round_s` seconds each make the budget's time, within its bounds.
 int rounds_for(const RoundBudget& budget, double round_s);
-// The order the parts run in over `repeats` rounds: every round each part once
-// untimed and at once timed (Note [a part timed warm]).
+// The order the parts run in over `repeats` rounds: every round each part timed once,
+// right after an untimed run of itself where `warm` says so (every part when `warm` is
+// empty; Note [a part timed warm]).
 struct PartRun {
   size_t part = 0;
   bool timed = false;
 };
-std::vector<PartRun> part_run_order(size_t parts, int repeats);
+std::vector<PartRun> part_run_order(size_t parts, int repeats, const std::vector<bool>& warm = {});
 // A model's stage costs from one time of each part (the ends less the block).
 StageCosts stage_costs_of(const ModelSpec& spec, const std::array<double, 3>& times);
 
