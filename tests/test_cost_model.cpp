@@ -826,7 +826,8 @@ TEST(ReferenceFit, TheAppliedSpeedKeepsHalfTheReadingInLogSpace) {
 TEST(ReferenceFit, TheWorldsCollectivesTakeTheirFactorAndNothingElseDoes) {
   // Note [the machine's collectives now]: the reference plan times is tp over the whole
   // world at micro-batch 1, where the debug GPT's 4 heads divide; its tp collectives are
-  // the world's fits, so the factor moves their price exactly.
+  // the world's fits, whose latency the factor moves so that their price moves exactly
+  // by it.
   EXPECT_EQ(world_collective_reference(1).ranks, 0);
   EXPECT_EQ(world_collective_reference(3).ranks, 0) << "4 heads over 3";
   EXPECT_EQ(world_collective_reference(8).ranks, 0) << "4 heads over 8";
@@ -841,10 +842,18 @@ TEST(ReferenceFit, TheWorldsCollectivesTakeTheirFactorAndNothingElseDoes) {
     for (const int64_t g : {2, 4}) fits[g] = {1e-3 * static_cast<double>(g), 1e9};
   }
   const HardwareProfile scaled = with_world_collectives_scaled(hw, 4, 0.6);
+  // Note [the world's latency now]: the latency moves, by the same time at every size;
+  // the bandwidth is kept, so 8 MB moves by much less than the factor.
+  const double shift = scaled.collective_seconds("all_reduce", 4, 8, 4, 4) -
+                       hw.collective_seconds("all_reduce", 4, 8, 4, 4);
+  EXPECT_LT(shift, -0.4 * 4e-3) << "the reference's few KiB carry some bandwidth too";
+  EXPECT_GT(scaled.collective_seconds("all_reduce", 4, 8e6, 4, 4),
+            0.8 * hw.collective_seconds("all_reduce", 4, 8e6, 4, 4));
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
     for (const double bytes : {8.0, 65536.0, 8e6}) {
-      EXPECT_NEAR(scaled.collective_seconds(op, 4, bytes, 4, 4),
-                  0.6 * hw.collective_seconds(op, 4, bytes, 4, 4), 1e-15)
+      EXPECT_NEAR(
+          scaled.collective_seconds(op, 4, bytes, 4, 4) - hw.collective_seconds(op, 4, bytes, 4, 4),
+          shift, 1e-12)
           << op << " " << bytes;
       // Other groups keep their fits: the 2-rank world's, and a pair's in the 4-rank one.
       EXPECT_EQ(scaled.collective_seconds(op, 2, bytes, 2, 2),

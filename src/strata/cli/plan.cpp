@@ -65,7 +65,8 @@ struct Ranked {
 // fastest run's tp collectives (the run's own comm timers) over what the profile
 // prices for them: that reading's share that lasts (speed_to_apply, as for the speed)
 // is the factor the world's collectives (all-reduce, all-gather, reduce-scatter over
-// every rank: tp = world, dp = world under DDP or ZeRO) take instead of the speed's.
+// every rank: tp = world, dp = world under DDP or ZeRO) take instead of the speed's,
+// on their latency only (Note [the world's latency now]).
 // A pair's collectives inside a larger world keep the loaded fits and their factors;
 // send/recv keeps the speed's. About 5 s more at 2 ranks here, 13 s at 4.
 // Chains c31-c32 had probed the world's collectives at plan time with calibrate's

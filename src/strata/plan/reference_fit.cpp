@@ -133,16 +133,35 @@ ReferenceRun world_collective_reference(int64_t world) {
   return ReferenceRun{world, world, kTpCollectiveMicroBatch, 4};
 }
 
+// Note [the world's latency now]: the run that reads the world's collectives now
+// (world_collective_reference) all-reduces 48 KiB at a time, where the fits price
+// latency alone: 97% of its collectives' price on c36's 2-rank all-reduce fit (1.68 ms
+// and 1.02 GB/s). So the reading says how long the world's collectives take to start,
+// not how fast they move bytes, and it scales the fits' latency only: as much as makes
+// the reference's priced collectives move by the factor. Scaled as a whole, the fits
+// carried a latency reading onto the bandwidth of the d384 GPT's 1.5 MB all-reduces at
+// micro-batch 8: on c35's hours-old profile (chain c36s) the reading of 0.59 priced its
+// 2-rank row's tp layouts under, the row's median |error| 9.7% where the speed's factor
+// alone gave 6.4%, while the debug GPT's row went from 14.1% to 4.8%.
 HardwareProfile with_world_collectives_scaled(HardwareProfile hw, int64_t world, double factor) {
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
-    auto by_op = hw.collectives.find(op);
-    if (by_op == hw.collectives.end()) continue;
-    auto fit = by_op->second.find(world);
-    if (fit == by_op->second.end()) continue;
-    fit->second.latency_s *= factor;
-    fit->second.bytes_per_s /= factor;
-  }
-  return hw;
+  const ReferenceRun ref = world_collective_reference(world);
+  auto scaled = [&](double latency_factor) {
+    HardwareProfile q = hw;
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+      auto by_op = q.collectives.find(op);
+      if (by_op == q.collectives.end()) continue;
+      auto fit = by_op->second.find(world);
+      if (fit != by_op->second.end()) fit->second.latency_s *= latency_factor;
+    }
+    return q;
+  };
+  if (ref.ranks == 0) return scaled(factor);
+  const CostOptions o;
+  const double priced = predict_reference(ref, o, hw).tp_comm_s;
+  const double latency = priced - predict_reference(ref, o, scaled(0)).tp_comm_s;
+  if (priced <= 0 || latency <= 0) return hw;
+  // The latency's share moves by what moves the whole by `factor`; never to nothing.
+  return scaled(std::max(1 + (factor - 1) * priced / latency, kLeastLatencyFactor));
 }
 
 }  // namespace strata

@@ -85,9 +85,14 @@ double speed_to_apply(double reading);
 // steps are mostly its blocks' all-reduces; ranks 0 (none) for one rank or a world that
 // does not divide the debug GPT's heads.
 ReferenceRun world_collective_reference(int64_t world);
-// hw with its fits of the collectives over exactly `world` ranks (all-reduce,
-// all-gather, reduce-scatter: what a group as large as the world issues; not send/recv,
-// a pair's) taking `factor` x their time: latency x factor, bandwidth / factor.
+// The least a reading may scale the world's latency by (Note [the world's latency now]).
+inline constexpr double kLeastLatencyFactor = 0.1;
+// hw with the latency of its fits of the collectives over exactly `world` ranks
+// (all-reduce, all-gather, reduce-scatter: what a group as large as the world issues;
+// not send/recv, a pair's) scaled so that world_collective_reference(world)'s priced tp
+// collectives take `factor` x their time; their bandwidth kept (Note [the world's
+// latency now]). A world without its own fits, or whose reference prices no latency, is
+// left as it is.
 HardwareProfile with_world_collectives_scaled(HardwareProfile hw, int64_t world, double factor);
 
 }  // namespace strata
