@@ -91,8 +91,9 @@ inline constexpr double kLeastLatencyFactor = 0.1;
 // (all-reduce, all-gather, reduce-scatter: what a group as large as the world issues;
 // not send/recv, a pair's) scaled so that world_collective_reference(world)'s priced tp
 // collectives take `factor` x their time; their bandwidth kept (Note [the world's
-// latency now]). A world without its own fits, or whose reference prices no latency, is
-// left as it is.
+// latency now]). A world with no such reference (one that does not divide the debug
+// GPT's heads) has its latency scaled by `factor` itself; one without fits of its own,
+// or whose reference prices no latency, is left as it is.
 HardwareProfile with_world_collectives_scaled(HardwareProfile hw, int64_t world, double factor);
 
 }  // namespace strata
