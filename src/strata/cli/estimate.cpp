@@ -12,14 +12,19 @@
 
 namespace strata {
 
-int64_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
+size_t leading_number(const std::string& text, double& value) {
+  size_t used = 0;
   try {
-    v = std::stod(text, &pos);
+    value = std::stod(text, &used);
   } catch (const std::exception&) {
-    pos = 0;
+    used = 0;
   }
+  return used;
+}
+
+int64_t parse_size(const std::string& text) {
+  double v = 0;
+  const size_t pos = leading_number(text, v);
   std::string unit = text.substr(pos);
   std::transform(unit.begin(), unit.end(), unit.begin(),
                  [](unsigned char c) { return std::tolower(c); });

@@ -21,6 +21,9 @@ int run_estimate(const EstimateArgs& args);
 
 // "80GiB", "80GB", "512MiB", "1.5e9" (bytes) -> bytes; one error line otherwise.
 int64_t parse_size(const std::string& text);
+// The number `text` starts with, into `value`, and how many characters it takes (0:
+// it starts with none).
+size_t leading_number(const std::string& text, double& value);
 
 // Note [fit margin]: the estimate's error against measurement is bounded by 8%
 // (the matrix test); FITS is said only when the predicted peak plus that margin is

@@ -138,13 +138,8 @@ MachineNow parse_machine_now(const std::string& text) {
                "; give the factors an earlier strata plan printed, e.g. "
                "--machine-now 1.08,0.77");
   auto factor = [&](const std::string& part) {
-    size_t used = 0;
     double f = 0;
-    try {
-      f = std::stod(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
+    const size_t used = leading_number(part, f);
     STRATA_CHECK(used > 0 && used == part.size() && f >= kLeastSpeed && f <= kMostSpeed, fix);
     return f;
   };

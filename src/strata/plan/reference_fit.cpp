@@ -144,6 +144,7 @@ ReferenceRun world_collective_reference(int64_t world) {
 // 2-rank row's tp layouts under, the row's median |error| 9.7% where the speed's factor
 // alone gave 6.4%, while the debug GPT's row went from 14.1% to 4.8%.
 HardwareProfile with_world_collectives_scaled(HardwareProfile hw, int64_t world, double factor) {
+  if (factor == 1) return hw;  // no reading, or one equal to the speed's
   const ReferenceRun ref = world_collective_reference(world);
   auto scaled = [&](double latency_factor) {
     HardwareProfile q = hw;

@@ -112,21 +112,19 @@ std::vector<PartRounds> time_part_rounds(const std::vector<PartsToTime>& models,
   // micro-batches' parts, most of a round's time, no longer run twice, and the plan's
   // few seconds hold more rounds.
   std::vector<PartRounds> out(models.size());
-  std::vector<double> first_times(parts.size());
   auto run = [&](int rounds, const std::vector<bool>& warm) {
     double timed = 0;
     for (const PartRun& r : part_run_order(parts.size(), rounds, warm)) {
       const double t = parts[r.part].once();
       if (!r.timed) continue;
       out[r.part / 3][r.part % 3].push_back(t);
-      if (out[r.part / 3][r.part % 3].size() == 1) first_times[r.part] = t;
       timed += t;
     }
     return timed;
   };
   const double first = run(1, {});
   std::vector<bool> warm(parts.size());
-  for (size_t p = 0; p < parts.size(); ++p) warm[p] = first_times[p] < kWarmUpsBelow;
+  for (size_t p = 0; p < parts.size(); ++p) warm[p] = out[p / 3][p % 3].front() < kWarmUpsBelow;
   run(rounds_for(budget, first) - 1, warm);
   return out;
 }
