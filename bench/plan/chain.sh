@@ -22,13 +22,24 @@ STRATA=${STRATA:-$ROOT/build/strata}
 PASSES=${PASSES:-4}
 PYTHON=${PYTHON:-$(command -v ~/.cache/strata/venv/bin/python || command -v python3)}
 [ -x "$STRATA" ] || { echo "chain.sh: no strata binary at $STRATA; build it (README, Building by hand) or set STRATA" >&2; exit 2; }
-ROWS=${*:-debug2 bert2 d384x2 debug4 bert4 d384x4}
+ALL_ROWS="debug2 bert2 d384x2 debug4 bert4 d384x4"
+ROWS=${*:-$ALL_ROWS}
 D384="--model.d_model=384 --model.n_head=6 --model.n_layer=8"
-for row in $ROWS; do
-  case $row in
-    debug2 | bert2 | d384x2 | debug4 | bert4 | d384x4) ;;
-    *) echo "chain.sh: unknown row $row; the rows are debug2 bert2 d384x2 debug4 bert4 d384x4" >&2; exit 2 ;;
+# Sets args to ROW's bench/plan/run.py arguments; fails for a row it does not know.
+row_args() {
+  case $1 in
+    debug2) args=(--nproc 2 --flavour debug --batch 16 --device-memory 64MiB --sample 20) ;;
+    bert2) args=(--nproc 2 --flavour bert-debug --batch 16 --sample 16) ;;
+    d384x2) args=(--nproc 2 --flavour debug --batch 8 --sample 12 --extra "$D384") ;;
+    debug4) args=(--nproc 4 --flavour debug --batch 16 --device-memory 80MiB --sample 20) ;;
+    bert4) args=(--nproc 4 --flavour bert-debug --batch 16 --device-memory 96MiB --sample 16) ;;
+    d384x4) args=(--nproc 4 --flavour debug --batch 8 --sample 12 --extra "$D384") ;;
+    *) return 1 ;;
   esac
+}
+# Every row is checked before the calibration's two minutes are spent.
+for row in $ROWS; do
+  row_args "$row" || { echo "chain.sh: unknown row $row; the rows are $ALL_ROWS" >&2; exit 2; }
 done
 if [ ! -f "$OUT/profile.json" ]; then
   "$STRATA" calibrate --nproc 4 -o "$OUT/profile.json" > "$OUT/calibrate.log" 2>&1 ||
@@ -36,14 +47,7 @@ if [ ! -f "$OUT/profile.json" ]; then
 fi
 status=0
 for row in $ROWS; do
-  case $row in
-    debug2) args=(--nproc 2 --flavour debug --batch 16 --device-memory 64MiB --sample 20) ;;
-    bert2) args=(--nproc 2 --flavour bert-debug --batch 16 --sample 16) ;;
-    d384x2) args=(--nproc 2 --flavour debug --batch 8 --sample 12 --extra "$D384") ;;
-    debug4) args=(--nproc 4 --flavour debug --batch 16 --device-memory 80MiB --sample 20) ;;
-    bert4) args=(--nproc 4 --flavour bert-debug --batch 16 --device-memory 96MiB --sample 16) ;;
-    d384x4) args=(--nproc 4 --flavour debug --batch 8 --sample 12 --extra "$D384") ;;
-  esac
+  row_args "$row"
   t0=$(date +%s)
   "$PYTHON" "$ROOT/bench/plan/run.py" --strata "$STRATA" --profile "$OUT/profile.json" \
     --passes "$PASSES" "${args[@]}" > "$OUT/$row.log" 2>&1
