@@ -112,6 +112,30 @@ TEST(CostModel, RecomputeAddsAForwardAndTensorParallelPaysForItsCollectives) {
   const double piped_slow = predict_step(s, layout(1, 2, 2, 2, "1f1b"), o16, slow_pairs).tp_comm_s;
   EXPECT_GT(piped_slow, 1.3 * pipelined);
   EXPECT_LT(piped_slow, 1.5 * pipelined + 1e-12);
+  // Note [a pipeline's tp pair in a run]: with the world's pipeline pair factor, the
+  // pipeline's all-reduces (its first stage's: its blocks' and the embedding's, all of
+  // one size) start at that factor times the loaded fit's latency, below the floor, the
+  // bytes' share kept; the dp x tp factor no longer applies to them, and dp x tp pairs
+  // do not take the pipeline's.
+  const Layout piped = layout(1, 2, 2, 2, "1f1b");
+  const double first = stage_tp_comm_seconds(s, piped, o16, loaded, 0);
+  ASSERT_NEAR(first, stage_tp_comm_seconds(s, piped, o16, unscaled_loaded, 0), 1e-12);
+  const double calls = first / ar_l;
+  ASSERT_NEAR(calls, std::round(calls), 1e-9);
+  ASSERT_GT(calls, 8);
+  HardwareProfile pair_fit = slow_pairs;
+  pair_fit.pipeline_tp_latency_scale[4] = 0.5;
+  EXPECT_NEAR(stage_tp_comm_seconds(s, piped, o16, pair_fit, 0), calls * (ar_l - 0.5 * 1e-4),
+              1e-12);
+  EXPECT_LT(predict_step(s, piped, o16, pair_fit).tp_comm_s, pipelined);
+  EXPECT_NEAR(predict_step(s, layout(2, 2, 1, 2, "1f1b"), o16, pair_fit).tp_comm_s,
+              predict_step(s, layout(2, 2, 1, 2, "1f1b"), o16, slow_pairs).tp_comm_s, 1e-12);
+  pair_fit.pipeline_tp_latency_scale[4] = 2.0;
+  EXPECT_NEAR(stage_tp_comm_seconds(s, piped, o16, pair_fit, 0), calls * (ar_l + 1e-4), 1e-12);
+  // The busiest stage's collectives are those predict_step reports.
+  EXPECT_NEAR(std::max(stage_tp_comm_seconds(s, piped, o16, pair_fit, 0),
+                       stage_tp_comm_seconds(s, piped, o16, pair_fit, 1)),
+              predict_step(s, piped, o16, pair_fit).tp_comm_s, 1e-12);
   loaded.tp_collective_scale[2] = {{1e3, 0.4}};
   EXPECT_NEAR(predict_step(s, layout(1, 2, 1, 2, "1f1b"), o, loaded).tp_comm_s, t.tp_comm_s, 1e-12);
   // Sequence parallel: per block 6 all-gathers, 4 reduce-scatters and 6 small
@@ -774,6 +798,30 @@ TEST(ReferenceFit, TpScalesRecoverWhatTheRunsWereMadeOf) {
   const ReferenceRun whole{2, 2, kReferenceMicroBatch, 2}, whole_small{2, 2, 1, 4};
   EXPECT_TRUE(
       fit_tp_scales(hw, whole, m_ref.step_s, 1e-4, whole_small, 1e-4, o).collective_scale.empty());
+}
+
+TEST(ReferenceFit, PipelinePairScaleRecoversWhatTheRunWasMadeOf) {
+  // Note [a pipeline's tp pair in a run]: pp=2 x tp=2 at micro-batch 1, four a step, in
+  // worlds that hold one; a first stage whose all-reduces started at 0.6x the loaded
+  // fit's latency gives back 0.6; timers beyond what the bounds explain take a bound.
+  const ReferenceRun r = pipeline_tp_reference(4);
+  EXPECT_EQ(r.layout().to_string(), "dp=1 tp=2 pp=2 1f1b zero=0 mb=1 recompute=none");
+  EXPECT_EQ(r.batch(), 4);
+  EXPECT_EQ(pipeline_tp_reference(8).dp(), 2);
+  for (int64_t g : {1, 2, 6}) EXPECT_EQ(pipeline_tp_reference(g).ranks, 0) << g;
+  const HardwareProfile hw = shared_cpu();
+  HardwareProfile truth = hw;
+  truth.pipeline_tp_latency_scale[4] = 0.6;
+  ModelConfig mc;
+  mc.flavour = "debug";
+  const ModelSpec debug = resolve_model_spec(mc, DataShape{});
+  const CostOptions o, ro{"fp32", r.batch(), 0.0};
+  const double measured = stage_tp_comm_seconds(debug, r.layout(), ro, truth, 0);
+  EXPECT_LT(measured, 0.8 * stage_tp_comm_seconds(debug, r.layout(), ro, hw, 0))
+      << "the factor matters";
+  EXPECT_NEAR(fit_pipeline_tp_latency_scale(hw, r, measured, o), 0.6, 1e-9);
+  EXPECT_EQ(fit_pipeline_tp_latency_scale(hw, r, 0.0, o), kLeastTpCollectiveScale);
+  EXPECT_EQ(fit_pipeline_tp_latency_scale(hw, r, 100.0, o), kMostPipelineTpLatencyScale);
 }
 
 TEST(ReferenceFit, ZeroScaleRecoversWhatTheRunWasMadeOf) {

@@ -164,6 +164,7 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   p.tp_step_scale[4] = 1.6;
   p.tp_collective_scale[4] = {{49152, 0.4}, {196608, 1.1}};
   p.zero_collective_scale[4] = 0.5;
+  p.pipeline_tp_latency_scale[4] = 0.6;
   p.loaded_collectives["all_gather"][4][2] = {7e-4, 1e9};
   const HardwareProfile q = profile_from_json(profile_json(p), "p.json");
   EXPECT_EQ(q.loaded_collectives.at("all_gather").at(4).at(2).latency_s, 7e-4);
@@ -176,6 +177,8 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   EXPECT_EQ(q.tp_collective_scale_for(8, 98304), 1.0);
   EXPECT_EQ(q.zero_collective_scale_for(4), 0.5);
   EXPECT_EQ(q.zero_collective_scale_for(2), 1.0) << "a world's own only";
+  EXPECT_EQ(q.pipeline_tp_latency_scale_for(4), 0.6);
+  EXPECT_FALSE(q.pipeline_tp_latency_scale_for(8)) << "a world's own only";
   EXPECT_EQ(profile_json(q), profile_json(p));
   auto error = [](const std::string& text) {
     try {
@@ -208,6 +211,10 @@ TEST(Profile, JsonRoundTripsAndDamageIsOneLine) {
   EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1,"seconds":1}]},)"
                   R"("zero_collective_scale":{"4":0}})")
                 .find("zero_collective_scale.4 must be a number >= 0.1"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format":1,"gemm":{"fp32":[{"flops":1,"seconds":1}]},)"
+                  R"("pipeline_tp_latency_scale":{"4":0.05}})")
+                .find("pipeline_tp_latency_scale.4 must be a number >= 0.1"),
             std::string::npos);
 }
 
@@ -289,7 +296,15 @@ TEST(Profile, CalibrateMeasuresThisMachine) {
     EXPECT_GE(p.zero_collective_scale.at(4), kLeastZeroCollectiveScale);
     EXPECT_LE(p.zero_collective_scale.at(4), kMostZeroCollectiveScale);
     EXPECT_NE(r.output.find("ZeRO-2 reference step on 4 ranks"), std::string::npos) << r.output;
+    // Note [a pipeline's tp pair in a run]: fitted within its bounds.
+    ASSERT_TRUE(p.pipeline_tp_latency_scale_for(4)) << r.output;
+    EXPECT_GE(*p.pipeline_tp_latency_scale_for(4), kLeastTpCollectiveScale);
+    EXPECT_LE(*p.pipeline_tp_latency_scale_for(4), kMostPipelineTpLatencyScale);
+    EXPECT_NE(r.output.find("a pipeline's tp pair (pp=2 x tp=2) at micro-batch 1"),
+              std::string::npos)
+        << r.output;
   } else {
+    EXPECT_TRUE(p.pipeline_tp_latency_scale.empty());
     EXPECT_TRUE(p.tp_step_scale.empty());
     EXPECT_TRUE(p.tp_collective_scale.empty());
     EXPECT_TRUE(p.zero_collective_scale.empty());

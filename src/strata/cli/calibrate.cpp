@@ -326,10 +326,11 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     return ReferenceRun{g, 1, kReferenceMicroBatch, 2, kZeroReferenceStage};
   };
   // The pair references and the ZeRO one where the ranks outnumber the cores, in even
-  // worlds only (an odd one is rarely planned, and each adds 12 s to the calibration).
+  // worlds only (an odd one is rarely planned, and each adds 12 s to the calibration);
+  // a pipeline's pair where the world holds pp=2 x tp=2.
   auto has_tp = [&](int64_t g) { return g % 2 == 0 && g * threads > cores; };
   std::map<int64_t, std::vector<std::vector<double>>> dp_runs, zero_runs;
-  std::map<int64_t, std::vector<MeasuredSteps>> tp_runs, small_runs;
+  std::map<int64_t, std::vector<MeasuredSteps>> tp_runs, small_runs, pipeline_runs;
   // The corrections on top of the step scale take the fastest of two (Note [calibration
   // time]).
   const int extra_rounds = std::min(rounds, 2);
@@ -340,6 +341,9 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
       tp_runs[g].push_back(reference_steps(tp_ref(g), threads, self_exe));
       small_runs[g].push_back(reference_steps(tp_small(g), threads, self_exe));
       zero_runs[g].push_back(reference_steps(zero_ref(g), threads, self_exe).step_s);
+      // Note [a pipeline's tp pair in a run].
+      if (const ReferenceRun pr = pipeline_tp_reference(g); pr.ranks > 0)
+        pipeline_runs[g].push_back(reference_steps(pr, threads, self_exe));
     }
   // The references are predicted as plan predicts them: with the debug GPT's parts
   // timed (Note [measured parts]).
@@ -416,6 +420,16 @@ int run_calibrate(const CalibrateArgs& a, const std::string& self_exe) {
     for (const auto& [bytes, x] : k.collective_scale)
       std::printf("%s%.2fx at %.0f KiB", std::exchange(sep, ", "), x, bytes / 1024);
     std::printf(" (%.1f and %.1f ms a step)\n", small_comm * 1e3, comm * 1e3);
+  }
+  for (const auto& [g, runs] : pipeline_runs) {
+    const auto [step, comm, longer] = fastest_tp(runs);
+    const double x = fit_pipeline_tp_latency_scale(p, pipeline_tp_reference(g), comm, ref_options);
+    p.pipeline_tp_latency_scale[g] = x;
+    std::printf(
+        "  a pipeline's tp pair (pp=2 x tp=2) at micro-batch 1 on %lld ranks: %.2f ms a "
+        "step, its first stage's tp collectives %.1f ms, %.2fx the loaded fit's latency",
+        static_cast<long long>(g), step * 1e3, comm * 1e3, x);
+    print_spread(runs.size(), longer);
   }
   alone_mix.push_back(compute_mix_seconds(a.quick));
   report_speed_drift(alone_mix);

@@ -84,8 +84,10 @@ double measured_step_seconds(const std::string& self_exe, int64_t nproc,
 
 std::vector<std::string> reference_args(const ReferenceRun& r, int64_t threads) {
   return {"--model.flavour=debug",
-          "--parallel.dp=" + std::to_string(r.ranks / r.tp),
+          "--parallel.dp=" + std::to_string(r.dp()),
           "--parallel.tp=" + std::to_string(r.tp),
+          "--parallel.pp=" + std::to_string(r.pp),
+          "--parallel.pp_schedule=1f1b",
           "--parallel.zero=" + std::to_string(r.zero),
           "--training.batch_size=" + std::to_string(r.batch()),
           "--training.micro_batch_size=" + std::to_string(r.micro),

@@ -1,6 +1,7 @@
 #include "strata/plan/cost_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "strata/core/errors.h"
 #include "strata/models/gpt.h"
@@ -119,29 +120,50 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // the activations' all-reduces, which follow a block's long stretches of compute; a
   // factor above one is the waits those leave, and only those all-reduces take it.
   // Sequence parallelism's all-gathers and reduce-scatters, which mostly follow a
-  // shard's norm, ran at or below the fits in a dp=2 x tp=2 run (0.86x and 0.57x at
-  // 197 KB, the norms' small all-reduces 0.44x) where the same run's all-reduces without
-  // it paid 2.0-2.5x; with the factors on them the debug GPT's dp x tp sp layouts had
-  // come out up to 36% over. At micro-batch 1 they ran at 0.5-0.7x (49 KB), as the
+  // shard's norm, ran at or below the fits in a dp=2 x tp=2 run (0.86x and 0.57x at 197
+  // KB, the norms' small all-reduces 0.44x) where the same run's all-reduces without it
+  // paid 2.0-2.5x; with the factors on them the debug GPT's dp x tp sp layouts had come
+  // out up to 36% over. At micro-batch 1 they ran at 0.5-0.7x (49 KB), as the
   // all-reduces' factor there (0.70x) says, and without it such a layout came out 32%
-  // over: so they take a factor below one. A pipeline's pair (pp=2 x tp=2) takes the
-  // all-reduces' factor too, never below the fit: its other pair computes beside it
-  // (1F1B's steady state), and its all-reduces measured 1.4-2.0x the fits at 49-379
-  // KB and its sp collectives 1.2-1.5x, never below, where a dp x tp pair measured
-  // 0.8-1.1x at micro-batch 1. Kept to the dp x tp layouts, the factors had left the
-  // 4-rank rows' pp x tp layouts 14-27% under in two bench chains; with factors below
-  // one on pipelines, before the floor, pp x tp layouts at micro-batch 1 had come out
-  // 22-34% under. (Its sequence-parallel collectives no longer keep the floor: Note
-  // [sequence-parallel collectives beside a pipeline].) The loss's three small
-  // all-reduces take the activations' rule: what the run's all-reduce of their bytes
-  // costs.
+  // over: so they take a factor below one. A pipeline's pair (pp=2 x tp=2), where the
+  // profile has no factor of its own for it (Note [a pipeline's tp pair in a run]),
+  // takes the all-reduces' factor too, never below the fit: its other pair computes
+  // beside it (1F1B's steady state), and its all-reduces measured 1.4-2.0x the fits at
+  // 49-379 KB and its sp collectives 1.2-1.5x, never below, where a dp x tp pair
+  // measured 0.8-1.1x at micro-batch 1. Kept to the dp x tp layouts, the factors had
+  // left the 4-rank rows' pp x tp layouts 14-27% under in two bench chains; with
+  // factors below one on pipelines, before the floor, pp x tp layouts at micro-batch 1
+  // had come out 22-34% under. (Its sequence-parallel collectives no longer keep the
+  // floor: Note [sequence-parallel collectives beside a pipeline].) The loss's three
+  // small all-reduces take the activations' rule: what the run's all-reduce of their
+  // bytes costs.
   auto coll = [&](const char* op, double bytes) {
     return hw.collective_seconds(op, l.tp, bytes, 0, l.ranks());
   };
   auto factor = [&](double bytes) {
     return l.tp < l.ranks() ? hw.tp_collective_scale_for(l.ranks(), bytes) : 1.0;
   };
+  // Note [a pipeline's tp pair in a run]: the floor of Note [tensor-parallel collectives
+  // beside a pipeline] is the loaded pair fit as it stands, and its latency is the
+  // calibration's least steady figure (1.56-3.87 ms over c38's three passes, 3.1 ms as
+  // fitted in c37 and c38). Priced at it, pp=2 x tp=2 layouts without sp at
+  // micro-batches 1-2 came out up to 45% over (bert-debug's 1F1B at mb 2: 493.5 ms
+  // priced, 341-445 measured; the debug GPT's 75% in c37), where the same layouts with
+  // sp, on the dp x tp rule, priced -12% to +3%. So calibrate runs a pipeline's pair too
+  // (pipeline_tp_reference: the debug GPT at pp=2 x tp=2, micro-batch 1, whose first
+  // stage holds three blocks and the embedding: 52 all-reduces a step) and fits what
+  // that stage's tp collectives took by rank 0's own timers as a factor on the loaded
+  // all-reduce fit's latency, the bytes' share kept (48 KiB is almost all latency), for
+  // that world's pipeline pairs; a profile without one keeps the floor. In c39 the
+  // reference paid 135.2 ms a step (2.6 ms a call) against a fit of 2.29 ms + 0.65 GB/s:
+  // 1.10x, and the three 4-rank rows, their pipeline pairs with and without sp among
+  // them, leaned +0.3% to +1.1% (signed medians; c38: +0.3%, +11.4%, +12.5%), maxima
+  // 14.4-20.0% (c38: 19.9-48.7%).
+  const std::optional<double> pipeline_latency =
+      l.pp > 1 && l.tp < l.ranks() ? hw.pipeline_tp_latency_scale_for(l.ranks()) : std::nullopt;
   auto activation_all_reduce = [&](double bytes) {
+    if (pipeline_latency)
+      return coll("all_reduce", bytes) + (*pipeline_latency - 1) * coll("all_reduce", 0);
     const double f = factor(bytes);
     return (l.pp > 1 ? std::max(f, 1.0) : f) * coll("all_reduce", bytes);
   };
@@ -335,26 +357,26 @@ bool takes_zero_collective_scale(const Layout& l) {
   return l.zero > 0 && l.dp == l.ranks();
 }
 
-StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptions& o,
-                            const HardwareProfile& hw) {
-  STRATA_CHECK(is_language_model(s.family), "the cost model covers GPT and BERT flavours; ",
-               s.flavour, " is not one");
-  const Precision prec = precision_of(o, hw);
-  const double elem = prec.elem;
-  const double T = static_cast<double>(s.seq_len), d = static_cast<double>(s.d_model);
-  const double N = static_cast<double>(l.micro_batch) * T, tp = static_cast<double>(l.tp);
-  const int64_t m = o.batch / (l.micro_batch * l.dp);  // micro-batches per step
-  STRATA_CHECK(m >= 1, "the batch ", o.batch, " does not fill one micro-batch of ", l.micro_batch,
-               " on each of ", l.dp, " replicas");
-  const PartCosts c = predict_parts(s, l, o, hw);
-  const double world = static_cast<double>(l.ranks());
-
-  // Each virtual stage's forward and backward per micro-batch.
+namespace {
+// Each virtual stage's work per micro-batch, in schedule order (stage v: chunk v / pp of
+// pipeline rank v % pp).
+struct VirtualStages {
+  std::vector<double> forward, backward, recompute, tp_comm, tp_forward, recompute_tp_comm;
+  // A pipeline rank's tensor-parallel collectives a step: its chunks' over m micro-batches.
+  double rank_tp_comm(const Layout& l, int64_t m, int64_t rank) const {
+    double out = 0;
+    for (int64_t chunk = 0; chunk < l.pp_virtual; ++chunk) {
+      const auto v = static_cast<size_t>(chunk * l.pp + rank);
+      out += static_cast<double>(m) * (tp_comm[v] + recompute_tp_comm[v]);
+    }
+    return out;
+  }
+};
+VirtualStages virtual_stages(const ModelSpec& s, const Layout& l, const PartCosts& c) {
   const int64_t stages = l.pp * l.pp_virtual;
   std::vector<int64_t> blocks(1, s.n_layer);
   if (stages > 1) blocks = stage_partition(s, "auto", stages, l.pp_virtual);
-  std::vector<double> fwd1(static_cast<size_t>(stages)), bwd1(fwd1.size()), rec1(fwd1.size()),
-      tpc(fwd1.size()), tpf(fwd1.size()), rtc(fwd1.size());
+  VirtualStages out;
   for (int64_t v = 0; v < stages; ++v) {
     const auto nb = static_cast<double>(blocks[static_cast<size_t>(v)]);
     double f = nb * c.block_forward, bw = nb * c.block_backward, comm = nb * c.block_tp_comm,
@@ -365,15 +387,50 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     if (v == stages - 1)
       f += c.last_forward, bw += c.last_backward, comm += c.last_tp_comm,
           comm_f += c.last_tp_forward;
-    fwd1[static_cast<size_t>(v)] = f;
-    bwd1[static_cast<size_t>(v)] = bw;
-    rec1[static_cast<size_t>(v)] = nb * c.block_recompute;
-    tpc[static_cast<size_t>(v)] = comm;
-    tpf[static_cast<size_t>(v)] = comm_f;
+    out.forward.push_back(f);
+    out.backward.push_back(bw);
+    out.recompute.push_back(nb * c.block_recompute);
+    out.tp_comm.push_back(comm);
+    out.tp_forward.push_back(comm_f);
     // Full recompute replays the blocks' forward, its tensor-parallel collectives too
     // (Note [recompute's collectives]).
-    rtc[static_cast<size_t>(v)] = l.recompute == "full" ? nb * c.block_tp_forward : 0;
+    out.recompute_tp_comm.push_back(l.recompute == "full" ? nb * c.block_tp_forward : 0);
   }
+  return out;
+}
+int64_t micro_batches_per_step(const Layout& l, const CostOptions& o) {
+  const int64_t m = o.batch / (l.micro_batch * l.dp);
+  STRATA_CHECK(m >= 1, "the batch ", o.batch, " does not fill one micro-batch of ", l.micro_batch,
+               " on each of ", l.dp, " replicas");
+  return m;
+}
+}  // namespace
+
+double stage_tp_comm_seconds(const ModelSpec& s, const Layout& l, const CostOptions& o,
+                             const HardwareProfile& hw, int64_t stage) {
+  STRATA_CHECK(stage >= 0 && stage < l.pp, "pipeline rank ", stage, " is not one of ", l.pp);
+  const int64_t m = micro_batches_per_step(l, o);
+  return virtual_stages(s, l, predict_parts(s, l, o, hw)).rank_tp_comm(l, m, stage);
+}
+
+StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptions& o,
+                            const HardwareProfile& hw) {
+  STRATA_CHECK(is_language_model(s.family), "the cost model covers GPT and BERT flavours; ",
+               s.flavour, " is not one");
+  const Precision prec = precision_of(o, hw);
+  const double elem = prec.elem;
+  const double T = static_cast<double>(s.seq_len), d = static_cast<double>(s.d_model);
+  const double N = static_cast<double>(l.micro_batch) * T, tp = static_cast<double>(l.tp);
+  const int64_t m = micro_batches_per_step(l, o);
+  const PartCosts c = predict_parts(s, l, o, hw);
+  const double world = static_cast<double>(l.ranks());
+  const VirtualStages vs = virtual_stages(s, l, c);
+  const auto& fwd1 = vs.forward;
+  const auto& bwd1 = vs.backward;
+  const auto& rec1 = vs.recompute;
+  const auto& tpc = vs.tp_comm;
+  const auto& tpf = vs.tp_forward;
+  const auto& rtc = vs.recompute_tp_comm;
   // Pipeline neighbours are dp x tp ranks apart (Note [rank grid]).
   const double p2p = l.pp > 1 ? hw.collective_seconds("send_recv", 2,
                                                       N * d * elem / (l.sequence_parallel ? tp : 1),
@@ -465,8 +522,8 @@ StepPrediction predict_step(const ModelSpec& s, const Layout& l, const CostOptio
     const auto v = static_cast<size_t>(chunk * l.pp + busiest);
     full_speed += static_cast<double>(m) * (fwd1[v] + bwd1[v]);
     recompute += static_cast<double>(m) * rec1[v];
-    p.tp_comm_s += static_cast<double>(m) * (tpc[v] + rtc[v]);
   }
+  p.tp_comm_s = vs.rank_tp_comm(l, m, busiest);
   // Shared: the busiest rank's average slowdown over the step prices its parts.
   double scale = slowdown;
   if (shared && full_speed + recompute > 0)

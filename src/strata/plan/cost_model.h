@@ -91,6 +91,12 @@ PartCosts predict_parts(const ModelSpec& spec, const Layout& layout, const CostO
 CostOptions cost_options(const Config& cfg, const HardwareProfile& hw);
 StepPrediction predict_step(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
                             const HardwareProfile& hw);
+// The tensor-parallel collectives' seconds a step on pipeline rank `stage` (its chunks'
+// blocks and ends over the step's micro-batches, full recompute's replay), as
+// predict_step prices them: what that rank's own comm timers measure in a run (Note [a
+// pipeline's tp pair in a run] fits to rank 0's).
+double stage_tp_comm_seconds(const ModelSpec& spec, const Layout& layout, const CostOptions& o,
+                             const HardwareProfile& hw, int64_t stage);
 // Note [DDP's buckets priced as issued]: the sizes of the all-reduces DDP issues for
 // `grad_bytes` of gradients: the first bucket closes at first_cap, every later one at
 // cap, the last takes what remains (the parameters' own boundaries, which can carry a

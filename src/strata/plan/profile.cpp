@@ -71,6 +71,12 @@ double HardwareProfile::zero_collective_scale_for(int64_t ranks) const {
   return it == zero_collective_scale.end() ? 1.0 : it->second;
 }
 
+std::optional<double> HardwareProfile::pipeline_tp_latency_scale_for(int64_t ranks) const {
+  auto it = pipeline_tp_latency_scale.find(ranks);
+  if (it == pipeline_tp_latency_scale.end()) return std::nullopt;
+  return it->second;
+}
+
 double HardwareProfile::tp_collective_scale_for(int64_t ranks, double bytes) const {
   auto it = tp_collective_scale.find(ranks);
   if (it == tp_collective_scale.end() || it->second.empty()) return 1.0;
@@ -210,6 +216,7 @@ nlohmann::json profile_json(const HardwareProfile& p) {
           {"tp_step_scale", by_ranks_json(p.tp_step_scale)},
           {"tp_collective_scale", tp_scale_json(p.tp_collective_scale)},
           {"zero_collective_scale", by_ranks_json(p.zero_collective_scale)},
+          {"pipeline_tp_latency_scale", by_ranks_json(p.pipeline_tp_latency_scale)},
           {"collectives", coll},
           {"loaded_collectives", loaded},
           {"intra_node", link(p.intra_node)},
@@ -347,6 +354,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& wh
   read_tp_scales(j, where, p.tp_collective_scale);
   read_factors(j, "zero_collective_scale", kLeastZeroCollectiveScale, where,
                p.zero_collective_scale);
+  read_factors(j, "pipeline_tp_latency_scale", kLeastTpCollectiveScale, where,
+               p.pipeline_tp_latency_scale);
   read_fits(j, "collectives", where, p.collectives);
   read_loaded_fits(j, "loaded_collectives", where, p.loaded_collectives);
   p.intra_node = link_from(j.value("intra_node", nlohmann::json()), where);

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ struct HardwareProfile {
   // CPU profiles: what ZeRO's collectives cost in a run over what the fits say, by
   // world (Note [ZeRO collectives in a loaded world]); none: 1.
   std::map<int64_t, double> zero_collective_scale;
+  // CPU profiles: what a pipeline's tensor-parallel pair pays to start each activation
+  // all-reduce in a run over the loaded fit's latency, by world (Note [a pipeline's tp
+  // pair in a run]); none: the dp x tp factor, never below the fit.
+  std::map<int64_t, double> pipeline_tp_latency_scale;
   double host_to_device_bytes_per_s = 0, device_to_host_bytes_per_s = 0;
   double device_memory_bytes = 0;  // per device (0: not said; CPU profiles)
 
@@ -98,6 +103,9 @@ struct HardwareProfile {
   // The ZeRO collective scale for a world of `ranks`: its own, else 1 (it is measured
   // only where the ranks outnumber the cores, and is not carried to other worlds).
   double zero_collective_scale_for(int64_t ranks) const;
+  // The pipeline pair's latency scale for a world of `ranks`: its own, else none (it is
+  // measured only in worlds that hold a pp=2 x tp=2 reference, and not carried to others).
+  std::optional<double> pipeline_tp_latency_scale_for(int64_t ranks) const;
   // CPU profiles: what stretches each rank's compute with `ranks` ranks computing (a
   // fraction when some wait), the trainer's own work included: the contention times
   // the step scale at each measured world, linear between them (Note [step

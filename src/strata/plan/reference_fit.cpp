@@ -36,15 +36,22 @@ double ReferenceRun::tp_message_bytes() const {
 
 Layout ReferenceRun::layout() const {
   Layout l;
-  l.dp = ranks / tp, l.tp = tp, l.micro_batch = micro, l.zero = zero;
+  l.dp = dp(), l.tp = tp, l.pp = pp, l.micro_batch = micro, l.zero = zero;
   return l;
 }
 
-StepPrediction predict_reference(const ReferenceRun& r, const CostOptions& o,
-                                 const HardwareProfile& hw) {
+namespace {
+// The options a reference is priced with: o's part scales, its own precision and batch.
+CostOptions reference_options(const ReferenceRun& r, const CostOptions& o) {
   CostOptions ro = o;
   ro.precision = "fp32", ro.batch = r.batch(), ro.overlap = 0.0;
-  return predict_step(reference_spec(), r.layout(), ro, hw);
+  return ro;
+}
+}  // namespace
+
+StepPrediction predict_reference(const ReferenceRun& r, const CostOptions& o,
+                                 const HardwareProfile& hw) {
+  return predict_step(reference_spec(), r.layout(), reference_options(r, o), hw);
 }
 
 double step_scale_from(const HardwareProfile& hw, const ReferenceRun& r, const CostOptions& o,
@@ -90,6 +97,24 @@ TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, doubl
         solve_within(kLeastTpCollectiveScale, kMostTpCollectiveScale, measured, comm_at);
   }
   return {step_scale_from(q, ref, o, measured_ref_step), points};
+}
+
+ReferenceRun pipeline_tp_reference(int64_t world) {
+  if (world < 4 || world % 4 != 0) return ReferenceRun{0};
+  return ReferenceRun{world, 2, kTpCollectiveMicroBatch, 4, 0, 2};
+}
+
+double fit_pipeline_tp_latency_scale(const HardwareProfile& hw, const ReferenceRun& ref,
+                                     double measured_first_stage_tp_comm, const CostOptions& o) {
+  HardwareProfile q = hw;
+  double& x = q.pipeline_tp_latency_scale[ref.ranks];
+  const CostOptions ro = reference_options(ref, o);
+  auto comm_at = [&](double f) {
+    x = f;
+    return stage_tp_comm_seconds(reference_spec(), ref.layout(), ro, q, 0);
+  };
+  return solve_within(kLeastTpCollectiveScale, kMostPipelineTpLatencyScale,
+                      measured_first_stage_tp_comm, comm_at);
 }
 
 double fit_zero_collective_scale(const HardwareProfile& hw, const ReferenceRun& zero_ref,

@@ -24,11 +24,13 @@ inline constexpr double kMostZeroCollectiveScale = 2.0;
 // (Note [ZeRO collectives in a loaded world]).
 inline constexpr int64_t kZeroReferenceStage = 2;
 
-// The reference layout: the debug GPT over g ranks, dp = g / tp, `micro` sequences per
-// micro-batch, `micro_batches` of them per step on each dp rank, ZeRO stage `zero`.
+// The reference layout: the debug GPT over g ranks, dp = g / (tp x pp), `micro`
+// sequences per micro-batch, `micro_batches` of them per step on each dp rank, ZeRO
+// stage `zero`, a 1F1B pipeline of `pp` stages.
 struct ReferenceRun {
-  int64_t ranks = 1, tp = 1, micro = 4, micro_batches = 2, zero = 0;
-  int64_t batch() const { return micro * micro_batches * (ranks / tp); }
+  int64_t ranks = 1, tp = 1, micro = 4, micro_batches = 2, zero = 0, pp = 1;
+  int64_t dp() const { return ranks / (tp * pp); }
+  int64_t batch() const { return micro * micro_batches * dp(); }
   Layout layout() const;
   // The bytes of one block's tp all-reduce: micro x sequence x d_model floats.
   double tp_message_bytes() const;
@@ -60,6 +62,18 @@ struct TpScales {
 TpScales fit_tp_scales(const HardwareProfile& hw, const ReferenceRun& ref, double measured_ref_step,
                        double measured_ref_tp_comm, const ReferenceRun& small,
                        double measured_small_tp_comm, const CostOptions& o);
+
+// Note [a pipeline's tp pair in a run]: the run that times a pipeline's pairs: the debug
+// GPT at pp=2 x tp=2 (dp the rest) over `world` ranks, micro-batch 1, four a step;
+// ranks 0 (none) where the world does not hold one (not a multiple of 4).
+ReferenceRun pipeline_tp_reference(int64_t world);
+// The most pipeline_tp_latency_scale a fit may return.
+inline constexpr double kMostPipelineTpLatencyScale = 3.0;
+// The factor on the loaded all-reduce fit's latency that prices the reference's first
+// stage's tp collectives as `measured_first_stage_tp_comm` (rank 0's timers, seconds a
+// step), bisected within [kLeastTpCollectiveScale, kMostPipelineTpLatencyScale].
+double fit_pipeline_tp_latency_scale(const HardwareProfile& hw, const ReferenceRun& ref,
+                                     double measured_first_stage_tp_comm, const CostOptions& o);
 
 // Note [ZeRO collectives in a loaded world] fitted: the zero_collective_scale for the
 // reference's world that brings its predicted step to `measured` seconds, `hw`
