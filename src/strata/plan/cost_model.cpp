@@ -160,7 +160,7 @@ PartCosts predict_parts(const ModelSpec& s, const Layout& l, const CostOptions& 
   // them, leaned +0.3% to +1.1% (signed medians; c38: +0.3%, +11.4%, +12.5%), maxima
   // 14.4-20.0% (c38: 19.9-48.7%).
   const std::optional<double> pipeline_latency =
-      l.pp > 1 && l.tp < l.ranks() ? hw.pipeline_tp_latency_scale_for(l.ranks()) : std::nullopt;
+      l.pp > 1 ? hw.pipeline_tp_latency_scale_for(l.ranks()) : std::nullopt;
   auto activation_all_reduce = [&](double bytes) {
     if (pipeline_latency)
       return coll("all_reduce", bytes) + (*pipeline_latency - 1) * coll("all_reduce", 0);
